@@ -1,0 +1,79 @@
+"""Command-line entry point: parse, dispatch to one command module, map errors to exit codes.
+
+Commands are listed here explicitly (see :mod:`t4patch.commands`). A :class:`~t4patch.errors.T4PatchError`
+becomes one line on stderr and its exit code; any other exception is a bug in t4patch and says so. With
+``--debug`` the traceback is shown too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from t4patch import __version__
+from t4patch.errors import T4PatchError
+
+COMMANDS = (
+    "doctor",
+    "list",
+    "status",
+    "apply",
+    "revert",
+    "validate",
+    "verify",
+)
+INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a t4patch bug, not a user error
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="t4patch",
+        description="Run today's LLM serving engines on NVIDIA Turing GPUs (Tesla T4, sm_75).",
+    )
+    parser.add_argument("--version", action="version", version=f"t4patch {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show a traceback on errors")
+    parser.add_argument(
+        "--patches",
+        metavar="DIR",
+        help="use the patch sets in DIR instead of the shipped ones (same as T4PATCH_PATCHES=DIR)",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        module = importlib.import_module(f"t4patch.commands.{name}")
+        module.configure_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if args.patches:
+        os.environ["T4PATCH_PATCHES"] = args.patches
+    try:
+        return int(args.func(args))
+    except T4PatchError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"t4patch {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"t4patch {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # noqa: BLE001 - everything else is a bug; say so plainly
+        if args.debug:
+            traceback.print_exc()
+        print(
+            f"t4patch {args.command}: internal error: {type(exc).__name__}: {exc} "
+            "(this is a bug in t4patch; rerun with --debug and report the traceback)",
+            file=sys.stderr,
+        )
+        return INTERNAL_ERROR_EXIT

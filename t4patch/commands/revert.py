@@ -1,0 +1,27 @@
+"""`t4patch revert ENGINE...`: back to the pristine released bytes, proven by their sha256."""
+
+from __future__ import annotations
+
+import argparse
+
+from t4patch.cli_options import add_json_option, add_target_options
+from t4patch.commands.apply import run_operation
+
+
+def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "revert",
+        help="restore the pristine files of patched engines",
+        description="Restore every file of the engine's patch set to the released bytes (checked against the "
+        "pristine sha256 before writing). Refuses foreign files.",
+    )
+    parser.add_argument("specs", nargs="+", metavar="ENGINE", help="engine name, e.g. vllm or vllm==0.33.0")
+    parser.add_argument("--dry-run", action="store_true", help="print the unified diff it would make; write nothing")
+    add_target_options(parser)
+    add_json_option(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_operation(args, "revert")

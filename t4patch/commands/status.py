@@ -1,0 +1,147 @@
+"""`t4patch status [ENGINE...]`: per file pristine / patched / foreign / missing, decided by sha256."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from t4patch.cli_options import add_json_option, add_target_options
+from t4patch.environment import InstalledDistribution, TargetEnvironment, resolve_target
+from t4patch.errors import NotAppliedError, NotInstalledError, T4PatchError
+from t4patch.output import emit_json, say, table
+from t4patch.plan import FileStatus, file_statuses
+from t4patch.registry import engines, find_patch_set
+from t4patch.selection import parse_spec
+from t4patch.state import read_record
+
+
+def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "status",
+        help="show whether each engine's patch set is applied",
+        description="For each ENGINE (default: every installed engine t4patch has patch sets for) report each "
+        "target file as pristine, patched, foreign (neither hash) or missing.",
+    )
+    parser.add_argument("engines", nargs="*", metavar="ENGINE", help="engine name, e.g. vllm or sglang==0.5.23")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 9 unless every requested (or installed) engine's patch set is fully applied",
+    )
+    add_target_options(parser)
+    add_json_option(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    name: str
+    installed: InstalledDistribution | None
+    patch_set: str | None
+    overall: str  # applied | not-applied | partial | foreign | not-installed | no-patch-set
+    files: tuple[FileStatus, ...]
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        record = read_record(self.installed) if self.installed and self.overall != "not-installed" else None
+        return {
+            "engine": self.name,
+            "installed_version": self.installed.version if self.installed else None,
+            "site_packages": str(self.installed.root) if self.installed else None,
+            "patch_set": self.patch_set,
+            "state": self.overall,
+            "detail": self.detail,
+            "files": [
+                {"path": f.target.path, "state": f.state, "sha256": f.sha256,
+                 "pristine_sha256": f.target.pristine_sha256, "patched_sha256": f.target.patched_sha256}
+                for f in self.files
+            ],
+            "record": record.raw if record else None,
+        }
+
+
+def summarise(files: tuple[FileStatus, ...]) -> str:
+    states = {f.state for f in files}
+    if states == {"patched"}:
+        return "applied"
+    if states == {"pristine"}:
+        return "not-applied"
+    if states & {"foreign", "missing"}:
+        return "foreign"
+    return "partial"
+
+
+def engine_status(name: str, target: TargetEnvironment) -> EngineStatus:
+    dist = target.find(name)
+    if dist is None:
+        return EngineStatus(name, None, None, "not-installed", (), f"not installed in {target.description}")
+    try:
+        patch_set = find_patch_set(name, dist.version)
+    except T4PatchError as exc:
+        return EngineStatus(name, dist, None, "no-patch-set", (), exc.message)
+    files = file_statuses(patch_set, dist)
+    overall = summarise(files)
+    detail = {
+        "applied": "every file matches its patched sha256",
+        "not-applied": "every file matches its pristine (released) sha256",
+        "partial": "some files patched, some pristine: run t4patch apply again to finish",
+        "foreign": "a file matches neither hash: reinstall with "
+        f"pip install --force-reinstall --no-deps {patch_set.spec}",
+    }[overall]
+    return EngineStatus(name, dist, patch_set.spec, overall, files, detail)
+
+
+def run(args: argparse.Namespace) -> int:
+    target = resolve_target(args.python, args.site_packages)
+    if args.engines:
+        names = []
+        for spec in args.engines:
+            req = parse_spec(spec)
+            names.append(canonicalize_name(req.name))
+        unknown = [n for n in names if n not in engines()]
+        if unknown:
+            raise NotInstalledError(
+                f"t4patch has no patch sets for {', '.join(unknown)}; it patches: {', '.join(engines())}",
+                hint="t4patch list",
+            )
+        statuses = [engine_status(n, target) for n in names]
+    else:
+        statuses = [s for s in (engine_status(n, target) for n in engines()) if s.overall != "not-installed"]
+        if not statuses and args.check:
+            raise NotAppliedError(
+                f"--check: none of the engines t4patch patches ({', '.join(engines())}) is installed in "
+                f"{target.description}",
+                hint="name the engine (t4patch status vllm --check) or target the serving env with --python",
+            )
+    if args.json:
+        emit_json("status", {"target": target.to_json(), "engines": [s.to_json() for s in statuses]})
+    else:
+        print_status(statuses, target)
+    if args.check:
+        bad = [s for s in statuses if s.overall != "applied"]
+        if bad:
+            raise NotAppliedError(
+                "--check: not fully applied: " + ", ".join(f"{s.name} ({s.overall})" for s in bad),
+                hint="t4patch apply " + " ".join(s.patch_set or s.name for s in bad),
+            )
+    return 0
+
+
+def print_status(statuses: list[EngineStatus], target: TargetEnvironment) -> None:
+    say(f"target: {target.description}")
+    if not statuses:
+        say(f"none of the engines t4patch patches ({', '.join(engines())}) is installed here")
+        return
+    for s in statuses:
+        version = s.installed.version if s.installed else "-"
+        say(f"\n{s.name} {version}: {s.overall} ({s.detail})")
+        if s.installed and s.overall not in ("not-installed", "no-patch-set"):
+            record = read_record(s.installed)
+            if record is not None:
+                say(f"  record: {record.patch_set} applied {record.applied_at} by t4patch {record.t4patch_version}")
+        if s.files:
+            say(table(["  state", "file"], [(f"  {f.state}", f.target.path) for f in s.files]))

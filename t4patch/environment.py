@@ -1,0 +1,170 @@
+"""The environment t4patch reads or changes: which site-packages, which installed distributions.
+
+t4patch often runs from its own venv while the engine lives in the serving venv, so the target is named
+explicitly: ``--python EXE`` asks that interpreter for its ``sys.path`` (one subprocess, nothing imported
+there), ``--site-packages DIR`` names a directory (e.g. a ``pip install --target`` tree), and by default the
+running interpreter's own ``sys.path`` is used. Distributions are found from their ``.dist-info`` metadata,
+never by importing them, so this works for engines whose import would need a GPU or take seconds.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from importlib.metadata import Distribution, PathDistribution
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from t4patch.errors import TargetEnvironmentError, UsageError
+
+_PROBE = (
+    "import json, sys, sysconfig; "
+    "print(json.dumps({'sys_path': sys.path, 'purelib': sysconfig.get_path('purelib'), "
+    "'platlib': sysconfig.get_path('platlib'), 'version': sys.version.split()[0], "
+    "'executable': sys.executable}))"
+)
+
+
+@dataclass(frozen=True)
+class InstalledDistribution:
+    """One installed distribution, described only from its metadata directory."""
+
+    name: str  # canonical (PEP 503) name
+    version: str
+    root: Path  # the directory its RECORD paths are relative to (a site-packages dir)
+    dist_info: Path
+
+    def record(self) -> dict[str, str | None]:
+        """Map each RECORD path to its sha256 in hex (None where RECORD has no hash, e.g. RECORD itself)."""
+        return parse_record((self.dist_info / "RECORD").read_text(encoding="utf-8"))
+
+
+def parse_record(text: str) -> dict[str, str | None]:
+    """Parse a wheel RECORD (CSV: path, sha256=<urlsafe-b64>, size) into path -> hex sha256 or None."""
+    result: dict[str, str | None] = {}
+    for row in csv.reader(io.StringIO(text)):
+        if not row:
+            continue
+        result[row[0]] = _record_digest_to_hex(row[1] if len(row) > 1 else "")
+    return result
+
+
+def _record_digest_to_hex(digest: str) -> str | None:
+    if not digest:
+        return None
+    algo, _, value = digest.partition("=")
+    if algo != "sha256":
+        return None
+    padded = value + "=" * (-len(value) % 4)
+    return base64.urlsafe_b64decode(padded).hex()
+
+
+@dataclass(frozen=True)
+class TargetEnvironment:
+    """Where to look for (and change) installed engines."""
+
+    search_path: tuple[Path, ...]
+    description: str
+    python: str | None = None
+    python_version: str | None = None
+    _cache: dict[str, InstalledDistribution | None] = field(default_factory=dict, compare=False, repr=False)
+
+    def find(self, name: str) -> InstalledDistribution | None:
+        """The installed distribution called ``name`` (any spelling), or None; first match on the path wins."""
+        key = canonicalize_name(name)
+        if key not in self._cache:
+            self._cache[key] = self._find_uncached(key)
+        return self._cache[key]
+
+    def _find_uncached(self, key: str) -> InstalledDistribution | None:
+        for directory in self.search_path:
+            if not directory.is_dir():
+                continue
+            for dist in Distribution.discover(name=key, path=[str(directory)]):
+                if not isinstance(dist, PathDistribution):
+                    continue
+                dist_info = Path(str(dist._path))  # noqa: SLF001 - the only way to get the metadata dir
+                if dist_info.suffix != ".dist-info":
+                    continue
+                version = dist.version
+                if version is None:
+                    continue
+                return InstalledDistribution(key, version, dist_info.parent, dist_info)
+        return None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "description": self.description,
+            "python": self.python,
+            "python_version": self.python_version,
+            "search_path": [str(p) for p in self.search_path],
+        }
+
+
+def resolve_target(python: str | None = None, site_packages: str | None = None) -> TargetEnvironment:
+    """Build the target from the shared ``--python`` / ``--site-packages`` options."""
+    if python and site_packages:
+        raise UsageError(
+            "--python and --site-packages name the target twice",
+            hint="pass only one of them",
+        )
+    if site_packages:
+        path = Path(site_packages).expanduser().resolve()
+        if not path.is_dir():
+            raise TargetEnvironmentError(
+                f"--site-packages {site_packages}: expected an existing directory, found "
+                + ("a file" if path.exists() else "nothing"),
+                hint="pass the site-packages directory of the serving environment "
+                "(python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')",
+            )
+        return TargetEnvironment((path,), f"site-packages {path}")
+    if python:
+        return _probe_interpreter(python)
+    return TargetEnvironment(
+        tuple(Path(p) for p in sys.path if p and Path(p).is_dir()),
+        f"this interpreter ({sys.executable})",
+        python=sys.executable,
+        python_version=sys.version.split()[0],
+    )
+
+
+def _probe_interpreter(python: str) -> TargetEnvironment:
+    exe = Path(python).expanduser()
+    if not (exe.is_file() and os.access(exe, os.X_OK)):
+        raise TargetEnvironmentError(
+            f"--python {python}: expected an executable Python interpreter, found "
+            + ("a non-executable file" if exe.exists() else "nothing"),
+            hint="pass e.g. --python /path/to/venv/bin/python",
+        )
+    try:
+        proc = subprocess.run(
+            [str(exe), "-c", _PROBE], capture_output=True, text=True, timeout=60, check=False
+        )
+    except OSError as exc:
+        raise TargetEnvironmentError(f"--python {python}: could not run it ({exc})") from exc
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise TargetEnvironmentError(
+            f"--python {python}: expected a Python interpreter, it exited {proc.returncode}: {last}"
+        )
+    try:
+        info = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError) as exc:
+        raise TargetEnvironmentError(f"--python {python}: unreadable answer from the interpreter") from exc
+    paths: list[Path] = []
+    for entry in [*info["sys_path"], info["purelib"], info["platlib"]]:
+        if entry and Path(entry).is_dir() and Path(entry) not in paths:
+            paths.append(Path(entry))
+    return TargetEnvironment(
+        tuple(paths),
+        f"interpreter {info['executable']}",
+        python=info["executable"],
+        python_version=info["version"],
+    )

@@ -1,0 +1,117 @@
+"""Carry out a :class:`~t4patch.plan.Plan`: the only module that writes into a target environment.
+
+Each file is replaced atomically (temp file in the same directory, fsync, ``os.replace``, mode kept), so a
+crash leaves every file either fully old or fully new, and both states are recognised by hash. Stale
+bytecode of the patched modules is removed so Python cannot keep running the old code from ``__pycache__``.
+A lock file in the site-packages directory serialises concurrent runs, and the state record is written last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import stat
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from t4patch.errors import LockBusyError, TargetEnvironmentError
+from t4patch.plan import Plan
+from t4patch.state import remove_record, write_record
+
+LOCK_NAME = ".t4patch.lock"
+LOCK_TIMEOUT_S = 60.0
+
+
+@contextlib.contextmanager
+def environment_lock(root: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold an exclusive lock on ``root`` (a site-packages dir) while planning and writing."""
+    lock_path = root / LOCK_NAME
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise TargetEnvironmentError(
+            f"cannot write in {root} ({exc.strerror}); expected a writable site-packages",
+            hint="run as the owner of that environment, or target a venv with --python",
+        ) from None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockBusyError(
+                        f"another t4patch run has held {lock_path} for over {timeout_s:.0f} s",
+                        hint="wait for it to finish, then run the command again",
+                    ) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+@contextlib.contextmanager
+def environment_locks(roots: list[Path]) -> Iterator[None]:
+    """Lock several site-packages dirs (sorted, so two runs never wait on each other in a cycle)."""
+    with contextlib.ExitStack() as stack:
+        for root in sorted(set(roots)):
+            stack.enter_context(environment_lock(root))
+        yield
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically, keeping its permission bits."""
+    mode = stat.S_IMODE(path.stat().st_mode)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".t4patch-tmp", dir=path.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def remove_bytecode(source: Path) -> list[Path]:
+    """Delete cached bytecode of ``source`` (``__pycache__/<stem>.*.pyc`` and a legacy ``<name>c``)."""
+    removed = []
+    if source.suffix != ".py":
+        return removed
+    candidates = list((source.parent / "__pycache__").glob(f"{source.stem}.*.pyc"))
+    candidates.append(source.with_suffix(".pyc"))
+    for pyc in candidates:
+        if pyc.exists():
+            pyc.unlink()
+            removed.append(pyc)
+    return removed
+
+
+def execute(plan: Plan) -> list[Path]:
+    """Write every change of ``plan`` and update the state record; return the files written.
+
+    Must run under :func:`environment_lock` for the plan's site-packages, with the plan made under the same
+    lock, so no other run can change a file between its hash check and its replacement.
+    """
+    written = []
+    for change in plan.changes:
+        atomic_write(change.status.absolute, change.new_bytes)
+        remove_bytecode(change.status.absolute)
+        written.append(change.status.absolute)
+    if plan.operation == "apply":
+        write_record(plan.patch_set, plan.distribution)
+    else:
+        remove_record(plan.distribution)
+    return written
