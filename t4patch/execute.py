@@ -3,7 +3,8 @@
 Each file is replaced atomically (temp file in the same directory, fsync, ``os.replace``, mode kept), so a
 crash leaves every file either fully old or fully new, and both states are recognised by hash. Stale
 bytecode of the patched modules is removed so Python cannot keep running the old code from ``__pycache__``.
-A lock file in the site-packages directory serialises concurrent runs, and the state record is written last.
+An flock on the site-packages directory itself serialises concurrent runs without leaving a lock file
+behind, and the state record is written last.
 """
 
 from __future__ import annotations
@@ -21,21 +22,19 @@ from t4patch.errors import LockBusyError, TargetEnvironmentError
 from t4patch.plan import Plan
 from t4patch.state import remove_record, write_record
 
-LOCK_NAME = ".t4patch.lock"
 LOCK_TIMEOUT_S = 60.0
 
 
 @contextlib.contextmanager
 def environment_lock(root: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """Hold an exclusive lock on ``root`` (a site-packages dir) while planning and writing."""
-    lock_path = root / LOCK_NAME
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
+    if not os.access(root, os.W_OK):
         raise TargetEnvironmentError(
-            f"cannot write in {root} ({exc.strerror}); expected a writable site-packages",
+            f"cannot write in {root}; expected a site-packages directory this user may change",
             hint="run as the owner of that environment, or target a venv with --python",
-        ) from None
+        )
+    # flock on the directory itself: Linux supports it, and no lock file is left in the environment.
+    fd = os.open(root, os.O_RDONLY)
     deadline = time.monotonic() + timeout_s
     try:
         while True:
@@ -45,7 +44,7 @@ def environment_lock(root: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     raise LockBusyError(
-                        f"another t4patch run has held {lock_path} for over {timeout_s:.0f} s",
+                        f"another t4patch run has held the lock on {root} for over {timeout_s:.0f} s",
                         hint="wait for it to finish, then run the command again",
                     ) from None
                 time.sleep(0.05)

@@ -1,0 +1,80 @@
+"""Every shipped patch set, proven on the real released wheel of its engine.
+
+The wheel is downloaded once (``pip download --no-deps``, cached) and installed with ``--no-deps --target``
+into a temp dir. Proof: apply works on the pristine files, status says patched and the files hash to the
+manifest, re-apply is a no-op, the patched modules byte-compile, and revert gives back every RECORD sha256.
+"""
+
+from __future__ import annotations
+
+import json
+import py_compile
+from pathlib import Path
+
+import pytest
+from wheels import install_wheel_to, wheel_path
+
+from t4patch.environment import resolve_target
+from t4patch.hashing import sha256_file
+from t4patch.registry import all_patch_sets
+
+pytestmark = pytest.mark.integration
+
+PATCH_SETS = all_patch_sets()
+
+
+def record_mismatches(site: Path, spec_name: str) -> list[str]:
+    dist = resolve_target(site_packages=str(site)).find(spec_name)
+    assert dist is not None
+    bad = []
+    for rel, digest in dist.record().items():
+        if digest is None or rel.startswith("../"):
+            continue  # RECORD itself, and console scripts that --target puts outside site-packages
+        if sha256_file(site / rel) != digest:
+            bad.append(rel)
+    return bad
+
+
+@pytest.fixture(scope="module", params=PATCH_SETS, ids=[ps.spec for ps in PATCH_SETS])
+def installed(request, tmp_path_factory):
+    ps = request.param
+    site = install_wheel_to(tmp_path_factory.mktemp(ps.distribution) / "site", wheel_path(ps.distribution, ps.version))
+    return ps, site
+
+
+def test_apply_status_reapply_revert_on_real_wheel(installed, cli, tmp_path, monkeypatch):
+    ps, site = installed
+    monkeypatch.delenv("T4PATCH_PATCHES", raising=False)
+    target = ["--site-packages", str(site)]
+    assert record_mismatches(site, ps.distribution) == [], "the fresh install must match its RECORD"
+
+    before = json.loads(cli("status", ps.distribution, "--json", *target).out)["engines"][0]
+    assert before["state"] == "not-applied" and before["installed_version"] == ps.version
+
+    dry = cli("apply", ps.spec, "--dry-run", *target)
+    assert dry.code == 0 and dry.out.count("+++ b/") == len(ps.targets)
+    assert record_mismatches(site, ps.distribution) == []
+
+    applied = cli("apply", ps.spec, *target)
+    assert applied.code == 0, applied.err
+    after = json.loads(cli("status", ps.distribution, "--json", "--check", *target).out)["engines"][0]
+    assert after["state"] == "applied"
+    for target_file in ps.targets:
+        assert sha256_file(site / target_file.path) == target_file.patched_sha256
+        py_compile.compile(str(site / target_file.path), cfile=str(tmp_path / "out.pyc"), doraise=True)
+    assert sorted(record_mismatches(site, ps.distribution)) == sorted(t.path for t in ps.targets)
+
+    again = cli("apply", ps.distribution, *target)
+    assert again.code == 0 and "already applied" in again.out
+
+    reverted = cli("revert", ps.distribution, *target)
+    assert reverted.code == 0, reverted.err
+    assert record_mismatches(site, ps.distribution) == [], "revert must give back every RECORD sha256"
+    assert cli("status", ps.distribution, "--check", *target).code == 9
+
+
+def test_validate_against_the_wheel(installed, cli):
+    ps, _ = installed
+    result = cli("validate", str(ps.directory), "--wheel", str(wheel_path(ps.distribution, ps.version)))
+    assert result.code == 0, result.err
+    assert result.out.count("reverts exactly") == len(ps.targets)

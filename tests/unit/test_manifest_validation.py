@@ -1,0 +1,146 @@
+"""The loader refuses bad patch-set data before it can touch a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import CONFIG, CONFIG_PATCHED, make_patch_set, unified
+
+from t4patch.errors import PatchSetError
+from t4patch.manifest import load_patch_set
+from t4patch.registry import all_patch_sets
+
+
+def edit_manifest(directory: Path, old: str, new: str) -> None:
+    manifest = directory / "manifest.toml"
+    text = manifest.read_text()
+    assert old in text
+    manifest.write_text(text.replace(old, new))
+
+
+def test_synthetic_set_loads(tmp_path):
+    ps = load_patch_set(make_patch_set(tmp_path))
+    assert ps.spec == "fakeengine==1.2.0"
+    assert [p.file for p in ps.patches] == ["0001-change-1.diff", "0002-change-2.diff"]
+    assert {t.path for t in ps.targets} == {"fakeengine/kernel.py", "fakeengine/config.py"}
+
+
+@pytest.mark.parametrize(
+    "bad_path, complaint",
+    [
+        ("/etc/passwd", "relative POSIX path"),
+        ("fakeengine/../../evil.py", "'..'"),
+        ("otherpkg/x.py", "outside the distribution's packages"),
+        ("fakeengine\\\\x.py", "relative POSIX path"),
+    ],
+)
+def test_diff_target_paths_are_confined(tmp_path, bad_path, complaint):
+    directory = make_patch_set(tmp_path, changes=[(bad_path.replace("\\\\", "\\"), CONFIG, CONFIG_PATCHED)])
+    with pytest.raises(PatchSetError, match=complaint if complaint != "'..'" else r"'\.\.'"):
+        load_patch_set(directory)
+
+
+@pytest.mark.parametrize(
+    "old, new, complaint",
+    [
+        ("schema = 1", "schema = 2", "expected schema = 1"),
+        ('version = "1.2.0"', 'version = "1.2.1"', "lives in"),
+        ('version = "1.2.0"', 'version = "not a version"', "PEP 440"),
+        ('packages = ["fakeengine"]', "packages = []", "packages"),
+        ('title = "change 1"', 'title = ""', "'title'"),
+        ('file = "0002-change-2.diff"', 'file = "0003-change-2.diff"', "numbers must run"),
+        ('file = "0001-change-1.diff"', 'file = "change-1.diff"', "must look like"),
+    ],
+)
+def test_manifest_fields_are_checked(tmp_path, old, new, complaint):
+    directory = make_patch_set(tmp_path)
+    edit_manifest(directory, old, new)
+    if "0003" in new:
+        (directory / "0002-change-2.diff").rename(directory / "0003-change-2.diff")
+    if new.startswith('file = "change'):
+        (directory / "0001-change-1.diff").rename(directory / "change-1.diff")
+    with pytest.raises(PatchSetError, match=complaint):
+        load_patch_set(directory)
+
+
+def test_bad_hash_format_and_equal_hashes(tmp_path):
+    directory = make_patch_set(tmp_path)
+    text = (directory / "manifest.toml").read_text()
+    pristine_line = next(line for line in text.splitlines() if line.startswith("pristine_sha256"))
+    edit_manifest(directory, pristine_line, 'pristine_sha256 = "ABC"')
+    with pytest.raises(PatchSetError, match="64 lowercase hex"):
+        load_patch_set(directory)
+
+
+def test_untracked_target_and_stray_file(tmp_path):
+    directory = make_patch_set(tmp_path)
+    (directory / "notes.txt").write_text("stray")
+    with pytest.raises(PatchSetError, match="not listed in the manifest"):
+        load_patch_set(directory)
+    (directory / "notes.txt").unlink()
+    text = (directory / "manifest.toml").read_text()
+    head, _, _ = text.partition('\n[[target]]\npath = "fakeengine/config.py"')
+    (directory / "manifest.toml").write_text(head + "\n")
+    with pytest.raises(PatchSetError, match="no \\[\\[target\\]\\] hashes"):
+        load_patch_set(directory)
+
+
+def test_diff_must_only_modify(tmp_path):
+    directory = make_patch_set(tmp_path)
+    (directory / "0002-change-2.diff").write_text(
+        "--- /dev/null\n+++ b/fakeengine/new.py\n@@ -0,0 +1 @@\n+x = 1\n"
+    )
+    with pytest.raises(PatchSetError, match="only modifications"):
+        load_patch_set(directory)
+
+
+def test_garbage_diff(tmp_path):
+    directory = make_patch_set(tmp_path)
+    (directory / "0001-change-1.diff").write_text("this is not a diff\n")
+    with pytest.raises(PatchSetError, match="no file changes|not a unified diff"):
+        load_patch_set(directory)
+
+
+def test_diff_that_does_not_produce_the_pinned_hash_is_refused_at_apply(env, cli):
+    manifest = env.patches / "fakeengine" / "1.2.0" / "manifest.toml"
+    text = manifest.read_text()
+    from conftest import sha
+
+    manifest.write_text(text.replace(sha(CONFIG_PATCHED.encode()), "0" * 64))
+    snapshot = env.snapshot()
+    result = cli("apply", "fakeengine", "--site-packages", str(env.site))
+    assert result.code == PatchSetError.exit_code and "manifest pins" in result.err
+    assert env.snapshot() == snapshot
+
+
+def test_target_not_in_record_is_refused(env, cli):
+    record = env.site / "fakeengine-1.2.0.dist-info" / "RECORD"
+    record.write_text("".join(l for l in record.read_text().splitlines(True) if not l.startswith("fakeengine/config.py")))
+    result = cli("apply", "fakeengine", "--site-packages", str(env.site))
+    assert result.code == PatchSetError.exit_code and "not a file of the installed" in result.err
+
+
+def test_every_shipped_patch_set_is_valid():
+    sets = all_patch_sets()
+    assert any(ps.spec == "vllm==0.33.0" for ps in sets)
+    for ps in sets:
+        for patch in ps.patches:
+            assert patch.references, f"{ps.spec} {patch.file}: cite upstream"
+            assert "8.0" in patch.gpus or "< 8" in patch.gpus or "7." in patch.gpus, patch.gpus
+
+
+def test_validate_command(cli, tmp_path):
+    result = cli("validate", "--json")
+    assert result.code == 0
+    import json
+
+    assert any(r["patch_set"] == "vllm==0.33.0" for r in json.loads(result.out)["results"])
+    broken = make_patch_set(tmp_path)
+    (broken / "0001-change-1.diff").write_text("nope\n")
+    bad = cli("validate", str(broken))
+    assert bad.code == PatchSetError.exit_code
+
+
+def test_unified_helper_roundtrip():
+    assert unified("fakeengine/config.py", CONFIG, CONFIG_PATCHED).startswith("--- a/fakeengine/config.py")
