@@ -106,6 +106,16 @@ def marlin_reference_repack(codes: torch.Tensor) -> torch.Tensor:
     return pack_columns(codes.reshape(-1)[index.to(codes.device)])
 
 
+def marlin_reference_unrepack(packed: torch.Tensor, k: int, n: int) -> torch.Tensor:
+    """Inverse of :func:`marlin_reference_repack`: Marlin-layout int32 -> (K, N) int32 codes."""
+    import torch
+
+    index = marlin_tile_index(k, n).reshape(-1).to(packed.device)
+    codes = torch.empty(k * n, dtype=torch.int32, device=packed.device)
+    codes[index] = unpack_columns(packed).reshape(-1)
+    return codes.reshape(k, n)
+
+
 @dataclass(frozen=True)
 class RepackComparison:
     exact: bool
@@ -152,3 +162,13 @@ def marlin_permute_scales(scales: torch.Tensor, k: int, n: int, group_size: int)
     else:
         perm = torch.tensor(single, dtype=torch.int64, device=scales.device)
     return scales.reshape(-1, perm.numel())[:, perm].reshape(-1, n).contiguous()
+
+
+def marlin_unpermute_scales(scales: torch.Tensor, k: int, n: int, group_size: int) -> torch.Tensor:
+    """Inverse of :func:`marlin_permute_scales`."""
+    import torch
+
+    grouped, single = scale_perms()
+    chosen = grouped if group_size != -1 and group_size < k else single
+    inverse = torch.argsort(torch.tensor(chosen, dtype=torch.int64)).to(scales.device)
+    return scales.reshape(-1, len(chosen))[:, inverse].reshape(-1, n).contiguous()

@@ -161,15 +161,25 @@ def load_patched_sglang(root: Path | None) -> LoadedSGLang:
     )
 
 
-def install_vllm_standin(custom_ops: types.ModuleType, scalar_type: types.ModuleType | None) -> list[str]:
-    """Make ``from vllm import _custom_ops`` resolve to ``custom_ops`` (when vLLM itself is not importable)."""
+def install_vllm_standin(
+    custom_ops: types.ModuleType, scalar_type: types.ModuleType | None, version: str
+) -> list[str]:
+    """Make ``import vllm; from vllm import _custom_ops`` resolve to ``custom_ops`` when vLLM is not importable.
+
+    ``version`` is what the library was identified as by sha256 ("unknown" otherwise): the patched SGLang
+    checks ``vllm.__version__`` and must refuse an unidentified build exactly as it would a wrong version.
+    """
     package = types.ModuleType("vllm")
     package.__path__ = []  # a package, but nothing else of vLLM can be imported from it
+    package.__version__ = version
     package._custom_ops = custom_ops
     package._t4patch_standin = True
     sys.modules["vllm"] = package
     sys.modules["vllm._custom_ops"] = custom_ops
-    notes = [f"vllm: stand-in package; vllm._custom_ops = {getattr(custom_ops, '_t4patch_standin', 'module')}"]
+    notes = [
+        f"vllm: stand-in package (__version__ = {version!r}, from the library's sha256); "
+        f"vllm._custom_ops = {getattr(custom_ops, '_t4patch_standin', 'module')}"
+    ]
     if scalar_type is not None:
         package.scalar_type = scalar_type
         sys.modules["vllm.scalar_type"] = scalar_type

@@ -16,6 +16,7 @@ import hashlib
 import lzma
 import os
 import shutil
+import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,12 +179,16 @@ def load_scalar_type_module(path: Path) -> types.ModuleType | None:
     """vLLM's ``scalar_type.py`` (stdlib-only) loaded by path under a private name, or None when absent."""
     import importlib.util
 
+    name = "_t4patch_vllm_scalar_type"
     if not path.is_file():
         return None
-    spec = importlib.util.spec_from_file_location("_t4patch_vllm_scalar_type", path)
+    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         return None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class body runs
     spec.loader.exec_module(module)
     return module
 
