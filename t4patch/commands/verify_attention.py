@@ -1,0 +1,64 @@
+"""`t4patch verify attention [ENGINE...] [--arch sm_75]`: does each engine's Triton attention fit the GPU?
+
+Compiles the installed engine's own attention launches (Gemma 4 E2B shapes, every code path) for the chosen
+architecture on this machine, no GPU needed, and compares each kernel's shared memory with the architecture's
+limit. Exit 0 when every case fits, 12 (VerificationError) when any does not; 10 when torch / triton / an
+engine dependency is missing in the interpreter that compiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from t4patch.cli_options import add_json_option, add_target_options
+from t4patch.environment import resolve_target
+from t4patch.output import emit_json, say
+
+
+def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "attention",
+        help="compile each engine's Triton attention for a GPU architecture and check it fits",
+        description="Drive the installed engine's own attention launcher (vLLM unified_attention: 2D, 3D "
+        "split-K, reduce_segments; SGLang extend and grouped decode) with Gemma 4 E2B shapes, compile every "
+        "launch for --arch instead of running it, and report tiles, warps, shared memory against the "
+        "architecture's limit, registers and spills. Needs torch (CPU build is fine) and the triton the "
+        "engine pins (pip install 't4patch[verify]'), no GPU.",
+    )
+    parser.add_argument(
+        "engines",
+        nargs="*",
+        metavar="ENGINE",
+        help="vllm and/or sglang (default: every installed engine with a case table)",
+    )
+    parser.add_argument(
+        "--arch",
+        default="sm_75",
+        metavar="SM",
+        help="target architecture: sm_70, sm_75 (default, Tesla T4), sm_80, sm_86, sm_89, sm_90",
+    )
+    add_target_options(parser)
+    add_json_option(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from t4patch.verify.attention import check, verify_attention
+    from t4patch.verify.attention_data import resolve_arch
+
+    arch = resolve_arch(args.arch)
+    target = resolve_target(args.python, args.site_packages)
+    report = verify_attention(
+        list(args.engines),
+        arch,
+        target,
+        python=target.python if args.python else None,
+        site_packages=str(target.search_path[0]) if args.site_packages else None,
+    )
+    if args.json:
+        emit_json("verify attention", report.to_json())
+    else:
+        say(report.render_text())
+    check(report)
+    return 0

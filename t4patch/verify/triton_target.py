@@ -1,0 +1,198 @@
+"""Turn every Triton launch into a compile for a chosen GPU architecture, with no GPU present.
+
+Triton asks its *active driver* for the current target, compiles for it, then asks the driver to load the
+binary and launch it. Installing a driver whose target is ``GPUTarget("cuda", <cc>, 32)`` and whose
+load/launch steps only record what they were given makes ``kernel[grid](...)`` inside an engine's own
+launcher do exactly the compile a real launch on that GPU would do (same specialisation, same constexprs,
+same options), and nothing else. What is recorded per launch:
+
+- ``metadata.shared``: the bytes the launch asks for; Triton refuses a launch when it exceeds the device's
+  opt-in limit (``CompiledKernel._init_handles``), and the caller applies that same comparison;
+- ``n_regs`` / ``n_spills``: on a GPU, Triton reads them from the loaded module (cuFuncGetAttribute NUM_REGS
+  and LOCAL_SIZE_BYTES / 4). Here the same two numbers are read from the compiled cubin with the cuobjdump
+  Triton bundles (``REG`` and the per-thread ``STACK`` frame, where spills live), and handed to Triton through
+  ``load_binary`` so they land on the CompiledKernel exactly where a real load puts them.
+
+This module is imported only inside the worker process (it needs torch and triton); nothing here runs at
+import time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+_RES_USAGE = re.compile(r"REG:(?P<reg>\d+)\s+STACK:(?P<stack>\d+)\s+SHARED:(?P<shared>\d+)\s+LOCAL:(?P<local>\d+)")
+
+# Reported as the device's opt-in shared memory to Triton's own launch check. The harness must see every
+# kernel of a case (Triton would stop at the first misfit), so Triton's check is disabled and the caller
+# applies the identical comparison (shared > limit) against the architecture's real limit.
+_NO_LIMIT = 1 << 40
+
+
+@dataclass
+class Launch:
+    """One ``kernel[grid](...)`` of the engine, compiled for the target instead of run."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    constexprs: dict[str, Any]
+    num_warps: int
+    num_stages: int
+    shared: int
+    n_regs: int | None
+    n_spills: int | None
+    local_bytes: int | None  # per-thread local memory (stack frame) the spills live in
+    cache_key: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel,
+            "grid": list(self.grid),
+            "constexprs": {k: _jsonable(v) for k, v in self.constexprs.items()},
+            "num_warps": self.num_warps,
+            "num_stages": self.num_stages,
+            "shared_bytes": self.shared,
+            "registers": self.n_regs,
+            "spills": self.n_spills,
+            "local_bytes_per_thread": self.local_bytes,
+            "triton_cache_key": self.cache_key,
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+@dataclass
+class Recorder:
+    """Collects launches; the harness slices ``launches`` per case."""
+
+    capability: int
+    launches: list[Launch] = field(default_factory=list)
+    resource_notes: list[str] = field(default_factory=list)
+    _usage_cache: dict[bytes, tuple[int | None, int | None]] = field(default_factory=dict)
+
+    def resource_usage(self, cubin: bytes) -> tuple[int | None, int | None]:
+        """(registers, local bytes per thread) of the single kernel in ``cubin``, via cuobjdump -res-usage."""
+        if cubin in self._usage_cache:
+            return self._usage_cache[cubin]
+        result: tuple[int | None, int | None] = (None, None)
+        tool = _cuobjdump()
+        if tool is None:
+            self._note("cuobjdump not found next to Triton: registers and spills are not reported")
+        else:
+            fd, name = tempfile.mkstemp(suffix=".cubin")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(cubin)
+                proc = subprocess.run([tool, "-res-usage", name], capture_output=True, text=True, check=False)
+            finally:
+                os.unlink(name)
+            match = _RES_USAGE.search(proc.stdout)
+            if proc.returncode != 0 or match is None:
+                self._note(f"cuobjdump -res-usage gave no resource line (exit {proc.returncode})")
+            else:
+                result = (int(match["reg"]), int(match["stack"]))
+        self._usage_cache[cubin] = result
+        return result
+
+    def _note(self, text: str) -> None:
+        if text not in self.resource_notes:
+            self.resource_notes.append(text)
+
+
+def _cuobjdump() -> str | None:
+    from triton import knobs
+
+    try:
+        path = knobs.nvidia.cuobjdump.path
+    except Exception:  # noqa: BLE001 - any failure to locate the tool means "not available"
+        return None
+    return path if path and os.path.exists(path) else None
+
+
+def install(capability: int) -> Recorder:
+    """Make Triton compile every launch for ``sm_<capability>`` and record it; returns the recorder."""
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver as driver_config
+
+    recorder = Recorder(capability=capability)
+    target = GPUTarget("cuda", capability, 32)
+
+    class _RecordingLauncher:
+        """Stands in for the C launcher Triton builds per compiled kernel; called once per launch."""
+
+        def __init__(self, src: Any, metadata: Any) -> None:
+            self.src = src
+            self.metadata = metadata
+            names = list(src.fn.arg_names)
+            # ASTSource.constants maps argument paths (tuples of indices) to values; top-level ones are 1-tuples.
+            self.constexprs = {
+                names[path[0]]: value for path, value in src.constants.items() if len(path) == 1
+            }
+
+        def __call__(self, gx: int, gy: int, gz: int, stream: Any, function: Any, *rest: Any) -> None:
+            n_regs, local_bytes = function if isinstance(function, tuple) else (None, None)
+            recorder.launches.append(
+                Launch(
+                    kernel=self.src.fn.__name__,
+                    grid=(int(gx), int(gy), int(gz)),
+                    constexprs=dict(self.constexprs),
+                    num_warps=int(self.metadata.num_warps),
+                    num_stages=int(self.metadata.num_stages),
+                    shared=int(self.metadata.shared),
+                    n_regs=n_regs,
+                    n_spills=(local_bytes // 4) if local_bytes is not None else None,
+                    local_bytes=local_bytes,
+                    cache_key=str(getattr(self.metadata, "hash", "")),
+                )
+            )
+
+    class _Utils:
+        def get_device_properties(self, device: int) -> dict[str, int]:
+            return {"max_shared_mem": _NO_LIMIT, "multiprocessor_count": 1, "max_num_regs": 65536, "warpSize": 32}
+
+        def load_binary(self, name: str, kernel: bytes, shared: int, device: int) -> tuple[Any, ...]:
+            n_regs, local_bytes = recorder.resource_usage(kernel)
+            # (module, function, n_regs, n_spills, n_max_threads); "function" carries the raw numbers to the
+            # launcher, which is the only consumer of it here.
+            n_spills = (local_bytes // 4) if local_bytes is not None else 0
+            return (None, (n_regs, local_bytes), n_regs or 0, n_spills, 1024)
+
+        def unload_module(self, module: Any) -> None:
+            return None
+
+    class _CompileOnlyDriver:
+        def __init__(self) -> None:
+            self.utils = _Utils()
+            self.launcher_cls = _RecordingLauncher
+
+        def is_active(self) -> bool:
+            return True
+
+        def get_current_target(self) -> Any:
+            return target
+
+        def get_current_device(self) -> int:
+            # One device id per architecture keeps Triton's per-device binder caches apart.
+            return capability
+
+        def get_current_stream(self, device: int | None = None) -> int:
+            return 0
+
+        def get_device_interface(self) -> Any:
+            import torch
+
+            return torch.cuda
+
+    driver_config.set_active(_CompileOnlyDriver())
+    return recorder

@@ -1,0 +1,389 @@
+"""`verify attention` without compiling anything: data validation, the report, exit codes, engine selection.
+
+The compiles themselves (real vLLM / SGLang wheels, Triton for sm_75) are in
+tests/integration/test_attention_fit.py; here the worker's JSON is synthesised so every verdict path runs in
+milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import make_dist
+
+from t4patch.environment import resolve_target
+from t4patch.errors import (
+    MissingDependencyError,
+    NotInstalledError,
+    PatchSetError,
+    T4PatchError,
+    UnsupportedVersionError,
+    UsageError,
+    VerificationError,
+)
+from t4patch.verify import attention as attention_mod
+from t4patch.verify.attention import _raise_worker_error, check, run_worker, select_engines
+from t4patch.verify.attention_data import load_archs, load_cases, resolve_arch
+from t4patch.verify.attention_report import AttentionReport, EngineResult, case_results
+
+# --------------------------------------------------------------------------------------------- shipped data
+
+
+def test_shipped_arch_limits_are_the_cuda_opt_in_limits():
+    archs = load_archs()
+    limits = {name: a.shared_limit for name, a in archs.items()}
+    assert limits == {
+        "sm_70": 98304,
+        "sm_75": 65536,
+        "sm_80": 166912,
+        "sm_86": 101376,
+        "sm_89": 101376,
+        "sm_90": 232448,
+    }
+    assert archs["sm_75"].capability == 75 and archs["sm_75"].warp_size == 32
+
+
+@pytest.mark.parametrize("text", ["sm_75", "sm75", "75", "7.5", " SM_75 "])
+def test_arch_spellings(text):
+    assert resolve_arch(text).name == "sm_75"
+
+
+def test_unknown_arch_is_a_usage_error():
+    with pytest.raises(UsageError) as info:
+        resolve_arch("sm_61")
+    assert info.value.exit_code == 2
+    assert "sm_75" in str(info.value)
+
+
+def test_shipped_case_table_covers_gemma4_e2b_and_every_vllm_path():
+    table = load_cases()
+    model = table.model
+    assert (model.num_query_heads, model.num_kv_heads, model.dtype, model.kv_block_size) == (8, 1, "float16", 16)
+    assert [(l.name, l.head_size, l.sliding_window) for l in model.layers] == [("sliding", 256, 512), ("full", 512, 0)]
+    vllm = table.engine("vllm")
+    assert vllm is not None and vllm.versions == ("0.33.0",) and vllm.triton_series == "3.8"
+    assert {c.path for c in vllm.cases} == {"2d", "3d"}  # 3d also launches reduce_segments
+    assert {c.phase for c in vllm.cases} == {"prefill", "decode"}
+    assert set(vllm.kernel_tiles) == {"kernel_unified_attention", "reduce_segments"}
+    sglang = table.engine("sglang")
+    assert sglang is not None and {c.path for c in sglang.cases} == {"extend", "decode-grouped"}
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+ARCH_OK = """\
+schema = 1
+[arch.sm_75]
+capability = [7, 5]
+warp_size = 32
+shared_memory_per_block_optin = 65536
+gpus = "T4"
+"""
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        (ARCH_OK.replace("schema = 1", "schema = 2"), "schema"),
+        (ARCH_OK.replace("[7, 5]", "[8, 0]"), "capability"),
+        (ARCH_OK.replace("65536", "0"), "shared_memory_per_block_optin"),
+        (ARCH_OK.replace("65536", '"64K"'), "shared_memory_per_block_optin"),
+        (ARCH_OK.replace("warp_size = 32", "warp_size = 64"), "warp_size"),
+        (ARCH_OK.replace("[arch.sm_75]", "[arch.turing]"), "sm_<major><minor>"),
+        ("schema = 1\n[arch", "TOML"),
+    ],
+)
+def test_broken_arch_data_is_refused(tmp_path, text, problem):
+    with pytest.raises(PatchSetError) as info:
+        load_archs(_write(tmp_path, "archs.toml", text))
+    assert problem in str(info.value)
+
+
+def test_valid_arch_file_loads(tmp_path):
+    assert load_archs(_write(tmp_path, "archs.toml", ARCH_OK))["sm_75"].shared_limit == 65536
+
+
+CASES_OK = """\
+schema = 1
+[model]
+name = "m"
+num_query_heads = 8
+num_kv_heads = 1
+dtype = "float16"
+kv_block_size = 16
+[[layer]]
+name = "full"
+head_size = 512
+sliding_window = 0
+[engine.vllm]
+distribution = "vllm"
+versions = ["0.33.0"]
+driver = "vllm-unified-attention"
+triton = "3.8"
+files = ["vllm/x.py"]
+[engine.vllm.kernel.k]
+tiles = ["TILE_SIZE"]
+[[engine.vllm.case]]
+name = "decode"
+phase = "decode"
+num_seqs = 4
+query_len = 1
+context_len = 64
+path = "3d"
+"""
+
+
+@pytest.mark.parametrize(
+    "old, new, problem",
+    [
+        ("query_len = 1", "query_len = 2", "decode case has query_len 1"),
+        ('driver = "vllm-unified-attention"', 'driver = "nope"', "driver"),
+        ('triton = "3.8"', 'triton = "3"', "triton"),
+        ('files = ["vllm/x.py"]', 'files = ["/abs/x.py"]', "relative"),
+        ("kv_block_size = 16", "kv_block_size = 8", "multiple of 16"),
+        ("num_kv_heads = 1", "num_kv_heads = 3", "multiple of num_kv_heads"),
+        ('dtype = "float16"', 'dtype = "fp8"', "dtype"),
+        ("context_len = 64", "context_len = 0", "context_len"),
+        ('tiles = ["TILE_SIZE"]', "tiles = []", "tiles"),
+    ],
+)
+def test_broken_case_table_is_refused(tmp_path, old, new, problem):
+    assert old in CASES_OK
+    with pytest.raises(PatchSetError) as info:
+        load_cases(_write(tmp_path, "cases.toml", CASES_OK.replace(old, new)))
+    assert problem in str(info.value)
+
+
+def test_duplicate_case_names_are_refused(tmp_path):
+    text = CASES_OK + CASES_OK[CASES_OK.index("[[engine.vllm.case]]"):]
+    with pytest.raises(PatchSetError, match="unique"):
+        load_cases(_write(tmp_path, "cases.toml", text))
+
+
+# --------------------------------------------------------------------------------------------- the report
+
+SM75 = load_archs()["sm_75"]
+TABLE = load_cases()
+VLLM = TABLE.engine("vllm")
+
+
+def launch(kernel: str, shared: int, **constexprs) -> dict:
+    return {
+        "kernel": kernel,
+        "grid": [1, 1, 1],
+        "constexprs": constexprs,
+        "num_warps": 4,
+        "num_stages": 3,
+        "shared_bytes": shared,
+        "registers": 64,
+        "spills": 10,
+    }
+
+
+def worker_results(full_2d_shared: int, full_path_prefill: str = "2d") -> list[dict]:
+    """What the worker returns for the shipped vLLM cases, with the head-512 2D shared bytes as given."""
+    out = []
+    for layer, head in (("sliding", 256), ("full", 512)):
+        two_d = 49152 if head == 256 else full_2d_shared
+        three_d = 32768 if head == 256 else 65536
+        k2 = launch("kernel_unified_attention", two_d, BLOCK_M=16, TILE_SIZE=32, IS_3D=False)
+        k3 = launch("kernel_unified_attention", three_d, BLOCK_M=16, TILE_SIZE=16, IS_3D=True)
+        red = launch("reduce_segments", 0, TILE_SIZE=16)
+        out.append({"layer": layer, "case": "prefill", "path": full_path_prefill if head == 512 else "2d",
+                    "error": None, "launches": [k2]})
+        out.append({"layer": layer, "case": "decode-small", "path": "3d", "error": None, "launches": [k3, red]})
+        out.append({"layer": layer, "case": "decode-large", "path": "2d", "error": None, "launches": [k2]})
+    return out
+
+
+def report_for(results: list[dict], state: str = "stock, patch set not applied") -> AttentionReport:
+    engine = EngineResult(
+        key="vllm", distribution="vllm", version="0.33.0", site_packages="/site", patch_state=state,
+        interpreter="/usr/bin/python3", versions={"python": "3.11", "torch": "2.13.0+cpu", "triton": "3.8.0"},
+        loader={"route": "real package import"}, files={"vllm/x.py": "ab" * 32},
+        cases=case_results(results, VLLM, TABLE.model, SM75),
+    )
+    return AttentionReport(arch=SM75, model=TABLE.model, target={"description": "site-packages /site"}, engines=(engine,))
+
+
+def test_exactly_the_limit_fits_one_byte_more_does_not():
+    at_limit = report_for(worker_results(65536))
+    assert at_limit.ok
+    check(at_limit)  # no exception
+    over = report_for(worker_results(65537))
+    assert not over.ok
+    assert [(c.layer, c.case) for _, c in over.failures()] == [("full", "prefill"), ("full", "decode-large")]
+
+
+def test_stock_misfit_raises_verification_error_naming_cases_and_the_fix():
+    report = report_for(worker_results(98304))
+    with pytest.raises(VerificationError) as info:
+        check(report)
+    err = info.value
+    assert err.exit_code == 12
+    assert "2 attention case(s) do not fit sm_75" in err.message
+    assert "full/prefill" in err.message and "98,304 B" in err.message
+    assert err.hint == "t4patch apply vllm==0.33.0"
+
+
+def test_misfit_on_a_patched_install_does_not_suggest_apply():
+    report = report_for(worker_results(98304), state="patch set applied")
+    with pytest.raises(VerificationError) as info:
+        check(report)
+    assert "apply" not in (info.value.hint or "")
+
+
+def test_wrong_path_and_compile_error_and_no_launch_fail_the_case():
+    results = worker_results(65536, full_path_prefill="3d")
+    results[1]["error"] = "CompilationError: boom"
+    results[2]["launches"] = []
+    report = report_for(results)
+    problems = {(c.layer, c.case): c.problems for _, c in report.failures()}
+    assert problems[("full", "prefill")] == ("took path 3d, the case table expects 2d",)
+    assert problems[("sliding", "decode-small")][0] == "did not compile: CompilationError: boom"
+    assert problems[("sliding", "decode-large")] == ("launched no kernel",)
+
+
+def test_a_case_missing_from_the_worker_result_fails():
+    results = [r for r in worker_results(65536) if not (r["layer"] == "full" and r["case"] == "decode-small")]
+    report = report_for(results)
+    assert [(c.layer, c.case) for _, c in report.failures()] == [("full", "decode-small")]
+
+
+def test_json_document_carries_everything_a_script_needs():
+    doc = report_for(worker_results(98304)).to_json()
+    assert doc["arch"]["name"] == "sm_75" and doc["arch"]["shared_memory_per_block_optin"] == 65536
+    assert doc["ok"] is False and doc["failed_cases"] == 2
+    engine = doc["engines"][0]
+    assert engine["patch_state"].startswith("stock") and engine["versions"]["triton"] == "3.8.0"
+    full_prefill = next(c for c in engine["cases"] if (c["layer"], c["case"]) == ("full", "prefill"))
+    kernel = full_prefill["kernels"][0]
+    assert kernel == {
+        "kernel": "kernel_unified_attention", "grid": [1, 1, 1],
+        "tiles": {"BLOCK_M": 16, "BLOCK_Q": None, "TILE_SIZE": 32, "HEAD_SIZE_PADDED": None,
+                  "NUM_SEGMENTS_PER_SEQ": None},
+        "num_warps": 4, "num_stages": 3, "shared_bytes": 98304, "limit_bytes": 65536,
+        "registers": 64, "spills": 10, "fits": False,
+    }
+    json.dumps(doc)  # serialisable as is
+
+
+def test_text_report_is_an_aligned_table_with_fail_lines():
+    text = report_for(worker_results(98304)).render_text()
+    lines = text.splitlines()
+    header = next(l for l in lines if "shared B" in l)
+    rows = [l for l in lines if l.startswith(("  sliding", "  full"))]
+    assert len(rows) == 8
+    column = header.index("shared B")
+    assert all(r[column:].split()[0].replace(",", "").isdigit() for r in rows)  # aligned under the header
+    assert "FAIL full/prefill: kernel_unified_attention needs 98,304 B of shared memory > limit 65,536 B" in text
+    assert "4 of 6 cases fit sm_75; 2 do not" in text
+    assert "none was run" in text
+
+
+# --------------------------------------------------------------------------------------------- engine selection
+
+
+def test_selection_finds_installed_engines_and_refuses_others(tmp_path):
+    site = make_dist(tmp_path / "site", name="vllm", version="0.33.0", files={"vllm/__init__.py": ""})
+    target = resolve_target(site_packages=str(site))
+    assert [e.cases.key for e in select_engines([], TABLE, target)] == ["vllm"]
+    assert [e.dist.version for e in select_engines(["vllm"], TABLE, target)] == ["0.33.0"]
+    with pytest.raises(NotInstalledError) as info:
+        select_engines(["sglang"], TABLE, target)
+    assert info.value.exit_code == 4
+    with pytest.raises(UsageError):
+        select_engines(["tgi"], TABLE, target)
+
+
+def test_selection_refuses_an_undriven_version(tmp_path):
+    site = make_dist(tmp_path / "site", name="vllm", version="0.32.0", files={"vllm/__init__.py": ""})
+    target = resolve_target(site_packages=str(site))
+    with pytest.raises(UnsupportedVersionError) as info:
+        select_engines(["vllm"], TABLE, target)
+    assert info.value.exit_code == 5 and "0.33.0" in str(info.value)
+    with pytest.raises(NotInstalledError):  # nothing verifiable installed when no engine is named
+        select_engines([], TABLE, target)
+
+
+# --------------------------------------------------------------------------------------------- worker errors
+
+
+def _engine(tmp_path):
+    site = make_dist(tmp_path / "site", name="vllm", version="0.33.0", files={"vllm/__init__.py": ""})
+    return select_engines(["vllm"], TABLE, resolve_target(site_packages=str(site)))[0]
+
+
+def test_missing_engine_dependency_names_the_module_and_the_install_command(tmp_path):
+    engine = _engine(tmp_path)
+    with pytest.raises(MissingDependencyError) as info:
+        _raise_worker_error(engine, "/venv/bin/python", {"kind": "missing-dependency", "module": "zmq",
+                                                         "message": "importing vllm needs zmq"})
+    assert info.value.exit_code == 10
+    assert info.value.hint == "/venv/bin/python -m pip install pyzmq"
+    with pytest.raises(MissingDependencyError) as info:
+        _raise_worker_error(engine, "/venv/bin/python", {"kind": "missing-dependency", "module": "triton",
+                                                         "message": "cannot import triton"})
+    assert "'triton~=3.8.0'" in info.value.hint
+
+
+def test_wrong_triton_and_engine_code_errors(tmp_path):
+    engine = _engine(tmp_path)
+    with pytest.raises(MissingDependencyError) as info:
+        _raise_worker_error(engine, "py", {"kind": "triton-version", "message": "triton 3.7.1 is installed"})
+    assert info.value.hint == "py -m pip install 'triton~=3.8.0'"
+    with pytest.raises(VerificationError):
+        _raise_worker_error(engine, "py", {"kind": "engine-code", "message": "no unified_attention()"})
+    with pytest.raises(T4PatchError) as info:
+        _raise_worker_error(engine, "py", {"kind": "internal", "message": "KeyError"})
+    assert info.value.exit_code == 1
+
+
+def test_a_worker_that_dies_without_a_result_is_reported(tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'Segmentation fault in libtriton' >&2\nexit 139\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    request = {"engine": {"distribution": "vllm"}, "result_path": str(tmp_path / "result.json")}
+    with pytest.raises(T4PatchError) as info:
+        run_worker(str(fake), request, tmp_path)
+    assert "exited 139 without a result: Segmentation fault in libtriton" in str(info.value)
+
+
+# --------------------------------------------------------------------------------------------- the command
+
+
+@pytest.mark.parametrize("shared, code", [(65536, 0), (98304, 12)])
+def test_cli_exit_code_and_json(tmp_path, monkeypatch, cli, shared, code):
+    site = make_dist(tmp_path / "site", name="vllm", version="0.33.0", files={"vllm/__init__.py": ""})
+    seen = {}
+
+    def fake_verify(names, arch, target, *, python=None, site_packages=None, **kwargs):
+        seen.update(names=names, arch=arch.name, python=python, site_packages=site_packages)
+        return report_for(worker_results(shared))
+
+    monkeypatch.setattr(attention_mod, "verify_attention", fake_verify)
+    result = cli("verify", "attention", "vllm", "--site-packages", str(site), "--json")
+    assert result.code == code, result.err
+    doc = json.loads(result.out)
+    assert doc["schema"] == 1 and doc["command"] == "verify attention" and doc["ok"] is (code == 0)
+    assert seen == {"names": ["vllm"], "arch": "sm_75", "python": None, "site_packages": str(site.resolve())}
+    if code:
+        assert "do not fit sm_75" in result.err and "next: t4patch apply vllm==0.33.0" in result.err
+
+
+def test_cli_text_output_and_arch_option(tmp_path, monkeypatch, cli):
+    site = make_dist(tmp_path / "site", name="vllm", version="0.33.0", files={"vllm/__init__.py": ""})
+    monkeypatch.setattr(attention_mod, "verify_attention", lambda *a, **k: report_for(worker_results(65536)))
+    result = cli("verify", "attention", "--arch", "sm_80", "--site-packages", str(site))
+    assert result.code == 0
+    assert "kernel_unified_attention" in result.out
+    bad = cli("verify", "attention", "--arch", "sm_61", "--site-packages", str(site))
+    assert bad.code == 2 and "expected one of" in bad.err
