@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from t4patch import __version__
 from t4patch.errors import T4PatchError
+from t4patch.output import documents_written, emit_json
 
 COMMANDS = (
     "doctor",
@@ -56,12 +57,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.patches:
         os.environ["T4PATCH_PATCHES"] = args.patches
+    written_before = documents_written()
     try:
         return int(args.func(args))
     except T4PatchError as exc:
         if args.debug:
             traceback.print_exc()
         print(f"t4patch {args.command}: error: {exc}", file=sys.stderr)
+        if getattr(args, "json", False) and documents_written() == written_before:
+            # Scripts reading stdout get a document for failures too, not an empty stream (unless the command
+            # already wrote its report, e.g. a verification that ran and failed).
+            emit_json(
+                args.command,
+                {"error": {"type": type(exc).__name__, "exit_code": exc.exit_code, "message": exc.message,
+                           "hint": exc.hint}},
+            )
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"t4patch {args.command}: interrupted", file=sys.stderr)

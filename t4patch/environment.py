@@ -40,6 +40,11 @@ class InstalledDistribution:
     version: str
     root: Path  # the directory its RECORD paths are relative to (a site-packages dir)
     dist_info: Path
+    pip: str = "pip"  # how to run pip install for *this* environment (see TargetEnvironment.pip_install)
+
+    def reinstall_command(self, version: str | None = None) -> str:
+        """The exact command that puts the released files of this distribution back, in its own environment."""
+        return f"{self.pip} --force-reinstall --no-deps {self.name}=={version or self.version}"
 
     def record(self) -> dict[str, str | None]:
         """Map each RECORD path to its sha256 in hex (None where RECORD has no hash, e.g. RECORD itself)."""
@@ -96,8 +101,14 @@ class TargetEnvironment:
                 version = dist.version
                 if version is None:
                     continue
-                return InstalledDistribution(key, version, dist_info.parent, dist_info)
+                return InstalledDistribution(key, version, dist_info.parent, dist_info, self.pip_install())
         return None
+
+    def pip_install(self) -> str:
+        """`pip install` aimed at this environment: its interpreter's pip, or --target for a bare directory."""
+        if self.python:
+            return f"{self.python} -m pip install"
+        return f"pip install --upgrade --target {self.search_path[0]}"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -157,7 +168,11 @@ def _probe_interpreter(python: str) -> TargetEnvironment:
     try:
         info = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError) as exc:
-        raise TargetEnvironmentError(f"--python {python}: unreadable answer from the interpreter") from exc
+        raise TargetEnvironmentError(
+            f"--python {python}: expected a Python interpreter that prints its paths as JSON, found "
+            f"{proc.stdout.strip()[:80]!r}",
+            hint="pass a Python interpreter, e.g. --python /path/to/venv/bin/python",
+        ) from exc
     paths: list[Path] = []
     for entry in [*info["sys_path"], info["purelib"], info["platlib"]]:
         if entry and Path(entry).is_dir() and Path(entry) not in paths:

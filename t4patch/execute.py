@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from t4patch.errors import LockBusyError, TargetEnvironmentError
-from t4patch.plan import Plan
+from t4patch.plan import FileChange, Plan
 from t4patch.state import remove_record, write_record
 
 LOCK_TIMEOUT_S = 60.0
@@ -98,19 +98,53 @@ def remove_bytecode(source: Path) -> list[Path]:
     return removed
 
 
-def execute(plan: Plan) -> list[Path]:
-    """Write every change of ``plan`` and update the state record; return the files written.
+def check_writable(plans: list[Plan]) -> None:
+    """Refuse before writing anything if any directory a plan writes into is not writable."""
+    for plan in plans:
+        for change in plan.changes:
+            directory = change.status.absolute.parent
+            if not os.access(directory, os.W_OK):
+                raise TargetEnvironmentError(
+                    f"cannot write in {directory}: expected every directory holding a patched file to be "
+                    f"writable by this user; nothing was written",
+                    hint="run as the owner of that environment, or target a venv you own with --python",
+                )
+        if not os.access(plan.distribution.dist_info, os.W_OK):
+            raise TargetEnvironmentError(
+                f"cannot write the state record in {plan.distribution.dist_info}; nothing was written",
+                hint="run as the owner of that environment, or target a venv you own with --python",
+            )
 
-    Must run under :func:`environment_lock` for the plan's site-packages, with the plan made under the same
-    lock, so no other run can change a file between its hash check and its replacement.
+
+def execute(plans: list[Plan]) -> list[Path]:
+    """Write every change of ``plans`` and update their state records; return the files written.
+
+    Must run under :func:`environment_lock` for the plans' site-packages, with the plans made under the same
+    lock, so no other run can change a file between its hash check and its replacement. If a write fails
+    midway (disk full, a read-only mount inside site-packages), the files already written get their old
+    bytes back, so the command fails as a whole instead of leaving an engine half patched.
     """
-    written = []
-    for change in plan.changes:
-        atomic_write(change.status.absolute, change.new_bytes)
-        remove_bytecode(change.status.absolute)
-        written.append(change.status.absolute)
-    if plan.operation == "apply":
-        write_record(plan.patch_set, plan.distribution)
-    else:
-        remove_record(plan.distribution)
-    return written
+    check_writable(plans)
+    done: list[FileChange] = []
+    try:
+        for plan in plans:
+            for change in plan.changes:
+                atomic_write(change.status.absolute, change.new_bytes)
+                done.append(change)
+                remove_bytecode(change.status.absolute)
+    except OSError as exc:
+        failed = f"{exc.filename or 'a target file'} ({exc.strerror or exc})"
+        for change in reversed(done):
+            atomic_write(change.status.absolute, change.old_bytes)
+        raise TargetEnvironmentError(
+            f"writing {failed} failed; the {len(done)} file(s) already written were restored, nothing changed",
+            hint="fix the cause (free space, permissions, read-only mounts), then run the command again",
+        ) from None
+    for plan in plans:
+        if plan.is_noop:
+            continue  # nothing changed: leave the record (and its date) as it was
+        if plan.operation == "apply":
+            write_record(plan.patch_set, plan.distribution)
+        else:
+            remove_record(plan.distribution)
+    return [change.status.absolute for change in done]

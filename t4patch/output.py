@@ -12,10 +12,17 @@ from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
 JSON_SCHEMA = 1
+_documents_written = 0  # how many JSON documents this process wrote (the CLI adds an error one only if none)
+
+
+def documents_written() -> int:
+    return _documents_written
 
 
 def emit_json(command: str, payload: dict[str, Any], stream: TextIO | None = None) -> None:
     """Write one JSON document for ``command`` to stdout (or ``stream``)."""
+    global _documents_written
+    _documents_written += 1
     doc = {"schema": JSON_SCHEMA, "command": command, **payload}
     out = stream or sys.stdout
     json.dump(doc, out, indent=2, sort_keys=False, default=str)

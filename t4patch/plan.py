@@ -90,7 +90,7 @@ def check_against_record(patch_set: PatchSet, dist: InstalledDistribution) -> No
     if dist.version != patch_set.version:
         raise UnsupportedVersionError(
             f"{dist.name} {dist.version} is installed but the patch set is for {patch_set.version}",
-            hint=f"pip install --force-reinstall --no-deps {patch_set.spec}",
+            hint=dist.reinstall_command(patch_set.version),
         )
     record = dist.record()
     for target in patch_set.targets:
@@ -105,7 +105,7 @@ def check_against_record(patch_set: PatchSet, dist: InstalledDistribution) -> No
             raise UnsupportedVersionError(
                 f"{dist.name} {dist.version}: RECORD gives {target.path} sha256 {recorded}, the patch set was "
                 f"made for {target.pristine_sha256} (a different build of this version)",
-                hint=f"pip install --force-reinstall --no-deps {patch_set.spec} (the PyPI wheel)",
+                hint=f"{dist.reinstall_command(patch_set.version)} (the PyPI wheel)",
             )
 
 
@@ -137,7 +137,7 @@ def make_plan(patch_set: PatchSet, dist: InstalledDistribution, operation: Opera
     statuses = file_statuses(patch_set, dist)
     done_state: FileState = "patched" if operation == "apply" else "pristine"
     from_state: FileState = "pristine" if operation == "apply" else "patched"
-    reinstall = f"pip install --force-reinstall --no-deps {patch_set.spec}"
+    reinstall = dist.reinstall_command(patch_set.version)
     for status in statuses:
         if status.state == "missing":
             raise ForeignFileError(

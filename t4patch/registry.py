@@ -66,5 +66,6 @@ def find_patch_set(distribution: str, version: str, root: Path | None = None) ->
         )
     raise UnsupportedVersionError(
         f"{name} {version} is installed; t4patch has patch sets for {name} {', '.join(versions)} only",
-        hint=f"pip install --no-deps {name}=={versions[-1]}, or check for a newer t4patch",
+        hint=f"install {name}=={versions[-1]} (pip install --no-deps {name}=={versions[-1]} in that environment), "
+        "or check for a newer t4patch",
     )

@@ -53,6 +53,6 @@ def select(spec: str, target: TargetEnvironment) -> Selection:
     if req.specifier and not req.specifier.contains(dist.version, prereleases=True):
         raise UnsupportedVersionError(
             f"asked for {spec} but {name} {dist.version} is installed in {target.description}",
-            hint=f"pip install --no-deps '{spec}' there, or ask for {name}=={dist.version}",
+            hint=f"ask for {name}=={dist.version}, or t4patch list for the versions t4patch supports",
         )
     return Selection(spec, dist, find_patch_set(name, dist.version))

@@ -56,15 +56,13 @@ def run_operation(args: argparse.Namespace, operation: Literal["apply", "revert"
     names = [s.distribution.name for s in selections]
     if len(set(names)) != len(names):
         raise UsageError(f"an engine is named twice: {', '.join(args.specs)}")
-    results = []
-    # A dry run reads only: no lock file is created in the target either.
+    # A dry run only reads: it takes no lock and writes nothing into the target.
     lock = contextlib.nullcontext() if args.dry_run else environment_locks([s.distribution.root for s in selections])
     with lock:
         plans = [make_plan(s.patch_set, s.distribution, operation) for s in selections]
-        for plan in plans:
-            if not args.dry_run:
-                execute(plan)
-            results.append(describe_plan(plan, args.dry_run))
+        if not args.dry_run:
+            execute(plans)
+        results = [describe_plan(plan, args.dry_run) for plan in plans]
     if args.json:
         emit_json(operation, {"target": target.to_json(), "results": results})
         return 0

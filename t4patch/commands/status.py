@@ -89,8 +89,7 @@ def engine_status(name: str, target: TargetEnvironment) -> EngineStatus:
         "applied": "every file matches its patched sha256",
         "not-applied": "every file matches its pristine (released) sha256",
         "partial": "some files patched, some pristine: run t4patch apply again to finish",
-        "foreign": "a file matches neither hash: reinstall with "
-        f"pip install --force-reinstall --no-deps {patch_set.spec}",
+        "foreign": f"a file matches neither hash: reinstall with {dist.reinstall_command()}",
     }[overall]
     return EngineStatus(name, dist, patch_set.spec, overall, files, detail)
 
@@ -124,9 +123,12 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         bad = [s for s in statuses if s.overall != "applied"]
         if bad:
+            appliable = [s.patch_set for s in bad if s.overall in ("not-applied", "partial") and s.patch_set]
+            others = [f"{s.name}: {s.detail}" for s in bad if s.overall not in ("not-applied", "partial")]
+            hints = ([f"t4patch apply {' '.join(appliable)}"] if appliable else []) + others
             raise NotAppliedError(
                 "--check: not fully applied: " + ", ".join(f"{s.name} ({s.overall})" for s in bad),
-                hint="t4patch apply " + " ".join(s.patch_set or s.name for s in bad),
+                hint="; ".join(hints),
             )
     return 0
 

@@ -57,10 +57,17 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 
 def _other_interpreter(python: str) -> bool:
+    """Whether ``python`` is a different environment. Venvs symlink the same base interpreter, so paths are
+    not compared after resolving; the environment's ``sys.prefix`` is what tells two venvs apart."""
     try:
-        return Path(python).expanduser().resolve() != Path(sys.executable).resolve()
+        proc = subprocess.run(
+            [python, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, timeout=60, check=False
+        )
     except OSError:
+        return True  # let the re-run report the unusable interpreter
+    if proc.returncode != 0:
         return True
+    return Path(proc.stdout.strip()).resolve() != Path(sys.prefix).resolve()
 
 
 def _forwarded_argv(args: argparse.Namespace) -> list[str]:

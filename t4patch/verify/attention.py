@@ -199,7 +199,11 @@ def _raise_worker_error(engine: EngineTarget, python: str, error: dict[str, Any]
     if kind == "missing-dependency":
         module = error.get("module") or "?"
         if module in ("torch", "triton"):
-            hint = f"{python} -m pip install torch 'triton~={series}.0'  (the CPU build of torch is enough)"
+            hint = (
+                f"{python} -m pip install 'triton~={series}.0' && {python} -m pip install torch --index-url "
+                "https://download.pytorch.org/whl/cpu  (a CPU build is enough; plain 'pip install torch' pulls "
+                "a multi-GB CUDA build)"
+            )
         else:
             hint = f"{python} -m pip install {_PIP_NAMES.get(module, module)}"
         raise MissingDependencyError(f"verify attention {engine.cases.distribution}: {message}", hint=hint)

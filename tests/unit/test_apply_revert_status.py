@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from conftest import CONFIG, CONFIG_PATCHED, KERNEL, KERNEL_PATCHED, sha
 
@@ -115,7 +116,8 @@ def test_foreign_file_refuses_everything_and_writes_nothing(env, cli):
     result = cli("apply", "fakeengine", *site_args(env))
     assert result.code == ForeignFileError.exit_code
     assert len(result.err.strip().splitlines()) == 1, "one line, no traceback"
-    assert "fakeengine/config.py" in result.err and "pip install --force-reinstall --no-deps fakeengine==1.2.0" in result.err
+    assert "fakeengine/config.py" in result.err
+    assert f"pip install --upgrade --target {env.site} --force-reinstall --no-deps fakeengine==1.2.0" in result.err
     assert sha(CONFIG.encode()) in result.err, "the message says what was expected"
     assert env.snapshot() == snapshot, "kernel.py (pristine) must not be patched when config.py is foreign"
     assert env.file("fakeengine/kernel.py").read_text() == KERNEL
@@ -172,3 +174,50 @@ def test_record_hash_mismatch_is_refused(env, cli):
 def test_bad_spec_is_a_usage_error(env, cli):
     result = cli("apply", "fake engine ==", *site_args(env))
     assert result.code == 2 and "not an engine spec" in result.err
+
+
+def test_json_errors_are_documents_too(env, cli):
+    result = cli("apply", "fakeengine==9", "--json", *site_args(env))
+    assert result.code == UnsupportedVersionError.exit_code
+    error = json.loads(result.out)["error"]
+    assert error["type"] == "UnsupportedVersionError" and error["exit_code"] == 5
+    assert "fakeengine 1.2.0 is installed" in error["message"] and error["hint"]
+    # a command that already wrote its report (status --check) does not get a second document
+    check = cli("status", "fakeengine", "--check", "--json", *site_args(env))
+    assert check.code == NotAppliedError.exit_code
+    assert json.loads(check.out)["engines"][0]["state"] == "not-applied"
+
+
+def test_write_failure_midway_restores_everything(env, cli, monkeypatch):
+    import t4patch.execute as execute
+
+    real = execute.atomic_write
+    calls = []
+
+    def flaky(path, data):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device", str(path))
+        real(path, data)
+
+    monkeypatch.setattr(execute, "atomic_write", flaky)
+    snapshot = env.snapshot()
+    result = cli("apply", "fakeengine", *site_args(env))
+    assert result.code == 3, result.err
+    assert "No space left on device" in result.err and "restored" in result.err
+    assert env.snapshot() == snapshot
+
+
+def test_unwritable_package_dir_is_refused_before_writing(env, cli, monkeypatch):
+    import os
+
+    import t4patch.execute as execute
+
+    pkg = env.site / "fakeengine"
+    real_access = os.access
+    # Permission bits do not stop root (CI runs as root), so the check itself is what is tested here.
+    monkeypatch.setattr(execute.os, "access", lambda p, mode: False if Path(p) == pkg else real_access(p, mode))
+    snapshot = env.snapshot()
+    result = cli("apply", "fakeengine", *site_args(env))
+    assert result.code == 3 and "nothing was written" in result.err and str(pkg) in result.err
+    assert env.snapshot() == snapshot
