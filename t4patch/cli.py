@@ -26,6 +26,7 @@ COMMANDS = (
     "revert",
     "validate",
     "verify",
+    "build",
 )
 INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a t4patch bug, not a user error
 

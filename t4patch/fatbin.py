@@ -126,6 +126,11 @@ def _arch_key(name: str) -> tuple[int, str]:
     return (int(digits.group()) if digits else 0, name)
 
 
+def arch_sorted(names) -> list[str]:
+    """Architecture names in numeric order (sm_75 before sm_120)."""
+    return sorted(names, key=_arch_key)
+
+
 # --------------------------------------------------------------------------------------------- decoders
 
 
@@ -292,7 +297,7 @@ def _decode_payload(payload: bytes, flags: int, usize: int, csize: int) -> tuple
             return "zstd", None
         try:
             return "zstd", decoder(payload[: csize or len(payload)])
-        except Exception as exc:  # noqa: BLE001 - any decoder failure means a corrupt entry
+        except Exception as exc:
             raise VerificationError(f"zstd payload of a fatbin entry does not decode ({exc})") from exc
     if flags & FLAG_LZ4:
         try:

@@ -12,11 +12,5 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     parser = subparsers.add_parser("verify", help="verify kernels and build artifacts for sm_75")
     nested = parser.add_subparsers(dest="verify_command", metavar="WHAT", required=True)
     for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(f"t4patch.commands.{name}")
-        except ModuleNotFoundError as exc:  # during development only; removed once all three exist
-            if exc.name != f"t4patch.commands.{name}":
-                raise
-            continue
-        module.configure_parser(nested)
+        importlib.import_module(f"t4patch.commands.{name}").configure_parser(nested)
     return parser

@@ -1,0 +1,131 @@
+"""`t4patch build llama.cpp|mistral.rs`: build an engine for one GPU architecture (sm_75 by default).
+
+Order of work: load the recipe, plan, preflight (every failed check on its own line, then one
+ToolMissingError), then either print the plan (``--dry-run``) or run it with progress, a full log, the
+artifact architecture check and a build record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from t4patch.cli_options import add_json_option
+from t4patch.output import emit_json, say
+
+DESCRIPTION = """\
+Build llama.cpp or mistral.rs for one NVIDIA architecture (default: sm_75, Tesla T4) with real machine
+code, check the artifacts for that architecture, and write build-record.json next to the log.
+Without --source the recipe's pinned ref is cloned into OUT/src (--ref picks another)."""
+
+
+def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    from t4patch.build.recipe import recipe_names
+
+    try:
+        names = recipe_names()
+    except Exception:  # noqa: BLE001 - data missing is reported when the command runs, not at parser build
+        names = ["llama.cpp", "mistral.rs"]
+    parser = subparsers.add_parser("build", help="build llama.cpp / mistral.rs for sm_75 and check the result",
+                                   description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("engine", choices=names, help="what to build")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--ref", metavar="REF", help="tag, branch or commit to clone (default: the recipe's pinned ref)")
+    source.add_argument("--source", metavar="DIR", type=Path, help="build this existing source tree instead of cloning")
+    parser.add_argument("--repo", metavar="URL", help="clone from this URL (a mirror) instead of the recipe's repository")
+    parser.add_argument("--arch", default="75", help="compute capability: 75 (default, Tesla T4), sm_75, 7.5; "
+                        "'cpu' for a CPU-only llama.cpp")
+    parser.add_argument("--feature", action="append", default=[], metavar="NAME",
+                        help="extra cargo feature (mistral.rs: cudnn); flash-attn is refused below sm_80")
+    parser.add_argument("--jobs", "-j", type=int, metavar="N", help="parallel compile jobs (default: all CPUs)")
+    parser.add_argument("--out", metavar="DIR", type=Path,
+                        help="output directory (default: ./t4patch-build/<engine>-sm<arch>)")
+    parser.add_argument("--dry-run", action="store_true", help="print the exact commands and environment; run nothing")
+    add_json_option(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from t4patch.build.plan import plan_build
+    from t4patch.build.preflight import enforce, find_nvcc, run_preflight
+    from t4patch.build.recipe import load_recipe
+    from t4patch.build.runner import StatusPrinter, format_seconds
+
+    recipe = load_recipe(args.engine)
+    nvcc = find_nvcc()
+    plan = plan_build(recipe, arch=args.arch, jobs=args.jobs, out=args.out, ref=args.ref, source_dir=args.source,
+                      repository=args.repo, features=tuple(args.feature), nvcc=nvcc)
+    command_line = _command_line(args)
+    checks = run_preflight(plan)
+    if args.dry_run:
+        if args.json:
+            emit_json("build", {"dry_run": True, "plan": plan.to_dict(),
+                                "preflight": [c.to_dict() for c in checks],
+                                "preflight_ok": all(c.ok for c in checks)})
+        else:
+            say(plan.render())
+            say("preflight:")
+            for check in checks:
+                say("  " + check.line())
+        enforce(checks, command=command_line)  # a dry run still fails when the build could not run
+        return 0
+
+    stream = sys.stderr
+    for check in checks:
+        if not check.ok or not args.json:
+            stream.write("preflight " + check.line() + "\n")
+    enforce(checks, command=command_line)
+
+    from t4patch.build.pipeline import execute
+
+    _sigterm_as_interrupt()
+    record, report = execute(plan, checks, printer=StatusPrinter(stream), command_line=command_line)
+    if args.json:
+        emit_json("build", {"dry_run": False, "record_path": str(plan.record_path), "record": record})
+        return 0
+    from t4patch.build.artifacts import render_report
+
+    source = record["source"] or {}
+    say(f"built {recipe.name} for {'the CPU' if not plan.cuda else 'sm_' + plan.arch} in "
+        f"{format_seconds(record['durations']['total'])}")
+    say(f"source  {source.get('commit') or 'tree sha256 ' + str(source.get('tree_sha256'))}"
+        + (" (verified against --ref " + str(source.get('requested_ref')) + ")" if source.get("ref_verified") else ""))
+    if report is not None:
+        say(render_report(report))
+    else:
+        for art in record["artifacts"]:
+            say(f"artifact {art['path']}  sha256 {art['sha256']}")
+    say(f"log     {plan.log_path}")
+    say(f"record  {plan.record_path}")
+    return 0
+
+
+def _sigterm_as_interrupt() -> None:
+    """Treat SIGTERM (a CI timeout, `kill`) like Ctrl-C: stop the compiler, write the record, exit 130."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The command as the user would retype it (for the log header and 'rerun' hints)."""
+    parts = ["t4patch", "build", args.engine]
+    for flag, value in (("--ref", args.ref), ("--source", args.source), ("--repo", args.repo),
+                        ("--jobs", args.jobs), ("--out", args.out)):
+        if value is not None:
+            parts += [flag, str(value)]
+    if args.arch != "75":
+        parts += ["--arch", args.arch]
+    for feature in args.feature:
+        parts += ["--feature", feature]
+    return shlex.join(parts)

@@ -1,0 +1,85 @@
+"""`t4patch verify build PATH...`: does a built library/binary carry code that runs natively on sm_75?
+
+Reads the CUDA fatbin sections and embedded PTX of each ELF file (or of every ELF file under a directory)
+in Python, cross-checks with cuobjdump when it is on PATH, and fails with VerificationError when sm_75 code
+is missing. Pointed at a build output directory holding ``build-record.json``, it applies that build's
+recipe rules (which files must carry CUDA code, SASS or PTX text required).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from t4patch.cli_options import add_json_option
+from t4patch.output import emit_json, say
+
+
+def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "build", help="check built libraries/binaries for sm_75 SASS / PTX (fatbin reader, cuobjdump cross-check)",
+        description="Check that built artifacts carry GPU code for the target architecture (default sm_75).",
+    )
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                        help="ELF library/binary, .a archive, .fatbin, or a directory (searched recursively)")
+    parser.add_argument("--arch", default=None, help="compute capability to require (default: the build record's, else 75)")
+    parser.add_argument("--require", action="append", choices=("sass", "ptx-text"), default=None,
+                        help="require sm_XY SASS / embedded PTX text somewhere (default: the build record's rules)")
+    parser.add_argument("--no-cuobjdump", action="store_true", help="skip the cuobjdump cross-check")
+    add_json_option(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from t4patch.build.artifacts import check_artifacts, collect_files, render_report
+    from t4patch.build.plan import CPU, normalize_arch
+    from t4patch.errors import UsageError, VerificationError
+
+    for path in args.paths:
+        if not path.exists():
+            raise UsageError(f"{path} does not exist", hint="t4patch verify build ./t4patch-build/llama.cpp-sm75")
+    arch, require, cuda_files = _record_rules(args.paths)
+    if args.arch is not None:
+        arch = normalize_arch(args.arch)
+    if arch == CPU:
+        raise UsageError("--arch cpu has no GPU code to verify", hint="t4patch verify build PATH --arch 75")
+    if args.require is not None:
+        require = tuple(args.require)
+    files = collect_files(list(args.paths))
+    report = check_artifacts(files, int(arch or "75"), require=require, cuda_files=cuda_files,
+                             use_cuobjdump=not args.no_cuobjdump)
+    if args.json:
+        emit_json("verify build", {"ok": report.ok, **report.to_dict()})
+    else:
+        say(render_report(report))
+    if not report.ok:
+        problems = report.all_problems()
+        raise VerificationError(
+            f"sm_{report.arch} check failed: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
+            hint=f"rebuild for this architecture: t4patch build <engine> --arch {report.arch}",
+        )
+    return 0
+
+
+def _record_rules(paths: list[Path]) -> tuple[str | None, tuple[str, ...], tuple[Path, ...]]:
+    """(arch, require, CUDA artifact files) from a build-record.json in a single directory argument, if any."""
+    if len(paths) != 1 or not paths[0].is_dir() or not (paths[0] / "build-record.json").is_file():
+        return None, (), ()
+    from t4patch.build.recipe import load_recipe
+    from t4patch.errors import UsageError
+
+    record_path = paths[0] / "build-record.json"
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        recipe = load_recipe(str(record["recipe"]))
+        arch = str(record["arch"])
+        build_dir = Path(record["build_dir"])
+    except (OSError, ValueError, KeyError) as exc:
+        raise UsageError(f"{record_path} is not a t4patch build record ({exc})",
+                         hint="pass the artifact files themselves") from exc
+    if not build_dir.is_dir():  # the output directory was moved: the record's build dir is relative to it
+        build_dir = paths[0] / recipe.build_dir
+    cuda_files = tuple(Path(p).resolve() for pattern in recipe.cuda_artifacts for p in build_dir.glob(pattern))
+    return arch, recipe.require, cuda_files

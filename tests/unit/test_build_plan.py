@@ -1,0 +1,129 @@
+"""Command planning per architecture: the exact argv and environment each recipe produces."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from t4patch.build.plan import normalize_arch, plan_build
+from t4patch.build.recipe import load_recipe
+from t4patch.errors import ToolMissingError, UsageError
+
+
+@pytest.fixture()
+def src(tmp_path: Path) -> Path:
+    d = tmp_path / "src"
+    d.mkdir()
+    return d
+
+
+def test_llama_cpp_sm75(src: Path, tmp_path: Path) -> None:
+    plan = plan_build(load_recipe("llama.cpp"), arch="75", jobs=16, out=tmp_path / "out", source_dir=src,
+                      nvcc="/opt/cuda/bin/nvcc")
+    assert [s.name for s in plan.steps] == ["configure", "build"]
+    configure, build = plan.steps
+    assert configure.argv[:7] == ("cmake", "-S", str(src), "-B", str(tmp_path / "out" / "build"), "-G", "Ninja")
+    for flag in ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=75", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=OFF",
+                 "-DCMAKE_CUDA_COMPILER=/opt/cuda/bin/nvcc"):
+        assert flag in configure.argv
+    assert not any("virtual" in a for a in configure.argv)  # real SASS, never llama.cpp's 75-virtual default
+    assert build.argv[:6] == ("cmake", "--build", str(tmp_path / "out" / "build"), "--config", "Release", "-j")
+    assert build.argv[6] == "16" and build.progress == "ninja"
+    assert plan.env == {} and plan.cuda and plan.arch_number == 75
+    assert plan.flags["configure"] == list(configure.argv[1:])
+
+
+@pytest.mark.parametrize("arch,expected", [("86", "86"), ("sm_89", "89"), ("9.0", "90"), ("120", "120")])
+def test_llama_cpp_other_archs(src: Path, arch: str, expected: str) -> None:
+    plan = plan_build(load_recipe("llama.cpp"), arch=arch, source_dir=src)
+    assert f"-DCMAKE_CUDA_ARCHITECTURES={expected}" in plan.steps[0].argv
+
+
+def test_llama_cpp_cpu(src: Path) -> None:
+    plan = plan_build(load_recipe("llama.cpp"), arch="cpu", source_dir=src)
+    configure = plan.steps[0].argv
+    assert "-DGGML_CUDA=OFF" in configure
+    assert not any("CUDA_ARCHITECTURES" in a or "CUDA_COMPILER" in a for a in configure)
+    assert not plan.cuda and plan.out.name == "llama.cpp-cpu"
+
+
+def test_mistral_rs_sm75(src: Path, tmp_path: Path) -> None:
+    plan = plan_build(load_recipe("mistral.rs"), arch="75", jobs=4, out=tmp_path / "o", source_dir=src,
+                      nvcc="/usr/local/cuda/bin/nvcc")
+    (step,) = plan.steps
+    assert step.argv == ("cargo", "build", "--release", "--locked", "-p", "mistralrs-cli", "-j", "4",
+                         "--target-dir", str(tmp_path / "o" / "target"), "--features", "cuda")
+    assert step.cwd == src
+    assert step.env["CUDA_COMPUTE_CAP"] == "75"
+    assert "PATH" not in step.env  # bindgen_cuda runs `nvcc` from the inherited PATH (the preflight checks it)
+    assert step.env["CARGO_TERM_PROGRESS_WHEN"] == "always"
+    assert "flash-attn" not in " ".join(step.argv)
+    shell = step.shell()
+    assert "CUDA_COMPUTE_CAP=75" in shell and "--features cuda" in shell
+
+
+def test_mistral_rs_cudnn_and_flash_attn_gate(src: Path) -> None:
+    plan = plan_build(load_recipe("mistral.rs"), arch="75", source_dir=src, features=("cudnn",))
+    assert plan.steps[0].argv[-2:] == ("--features", "cuda cudnn")
+    for arch in ("75", "86"):
+        with pytest.raises(UsageError) as info:
+            plan_build(load_recipe("mistral.rs"), arch=arch, source_dir=src, features=("flash-attn",))
+        # Below 8.0 the reason is the architecture; at 8.6 the recipe simply does not offer it.
+        assert ("needs compute capability 8.0" in str(info.value)) == (arch == "75")
+    with pytest.raises(UsageError, match="needs compute capability 9.0"):
+        plan_build(load_recipe("mistral.rs"), arch="86", source_dir=src, features=("flash-attn-v3",))
+    with pytest.raises(UsageError, match="no CPU-only build"):
+        plan_build(load_recipe("mistral.rs"), arch="cpu", source_dir=src)
+
+
+def test_clone_plan_uses_ref_and_repository(tmp_path: Path) -> None:
+    plan = plan_build(load_recipe("llama.cpp"), out=tmp_path / "o", ref="b1234", repository="file:///mirror/llama.cpp")
+    clone, checkout = plan.steps[:2]
+    assert clone.argv == ("git", "clone", "--progress", "--no-checkout", "file:///mirror/llama.cpp",
+                          str(tmp_path / "o" / "src"))
+    assert checkout.argv[-1] == "b1234" and "--detach" in checkout.argv
+    assert clone.env == {"GIT_TERMINAL_PROMPT": "0"}
+    default = plan_build(load_recipe("llama.cpp"), out=tmp_path / "p")
+    assert default.steps[1].argv[-1] == "7182ef71e"
+    assert default.source.repository == "https://github.com/ggml-org/llama.cpp"
+
+
+def test_option_errors(src: Path) -> None:
+    recipe = load_recipe("llama.cpp")
+    with pytest.raises(UsageError, match="exclude each other"):
+        plan_build(recipe, ref="x", source_dir=src)
+    with pytest.raises(UsageError, match="--jobs 0"):
+        plan_build(recipe, jobs=0, source_dir=src)
+    for bad in ("7", "sm75x", "turing", "7.5.1"):
+        with pytest.raises(UsageError, match="expected a compute capability"):
+            normalize_arch(bad)
+    assert normalize_arch("CPU") == "cpu" and normalize_arch("sm75") == "75"
+
+
+def test_dry_run_prints_commands_and_env(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The command's --dry-run output carries the exact argv and env; a failing preflight still fails it."""
+    from t4patch.commands import build
+
+    parser = argparse.ArgumentParser()
+    build.configure_parser(parser.add_subparsers(dest="command"))
+    src = tmp_path / "mistral"
+    (src / "mistralrs-cli").mkdir(parents=True)
+    (src / "mistralrs-quant").mkdir()
+    for marker in ("Cargo.toml", "mistralrs-cli/Cargo.toml", "mistralrs-quant/build.rs"):
+        (src / marker).write_text("")
+    args = parser.parse_args(["build", "mistral.rs", "--source", str(src), "--out", str(tmp_path / "o"), "--dry-run",
+                              "--json", "--jobs", "3"])
+    try:
+        rc = args.func(args)
+    except ToolMissingError:
+        rc = 14  # this machine lacks a CUDA library: the dry run still printed its plan first
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["command"] == "build" and doc["dry_run"] is True
+    step = doc["plan"]["steps"][0]
+    assert step["env"]["CUDA_COMPUTE_CAP"] == "75"
+    assert step["argv"][:8] == ["cargo", "build", "--release", "--locked", "-p", "mistralrs-cli", "-j", "3"]
+    assert "CUDA_COMPUTE_CAP=75" in step["shell"]
+    assert rc == (0 if doc["preflight_ok"] else 14)
