@@ -288,6 +288,8 @@ class _Acc:
     by_sass: Counter = field(default_factory=Counter)
     undecoded: int = 0
     missing: set[str] = field(default_factory=set)
+    keep_sass: int | None = None  # decode and keep the SASS payloads of this arch (see sass_payloads)
+    payloads: list[bytes] = field(default_factory=list)
 
 
 def _decode_payload(payload: bytes, flags: int, usize: int, csize: int) -> tuple[str, bytes | None]:
@@ -363,8 +365,11 @@ def _parse_fatbin_region(data, start: int, end: int, acc: _Acc, decode: bool) ->
             payload = bytes(data[e + ehsize : e + ehsize + psize])
             compression = "none"
             decoded, payload_arch = False, None
-            if decode:
+            keep = kind == KIND_ELF and arch == acc.keep_sass
+            if decode or keep:
                 compression, plain = _decode_payload(payload, flags, usize, csize)
+                if keep and plain is not None:
+                    acc.payloads.append(plain)
                 if plain is None:
                     acc.undecoded += 1
                     acc.missing.add(compression)
@@ -455,3 +460,22 @@ def cuda_architectures(path: str | Path, *, decode: bool = True) -> FatbinSummar
         undecoded=acc.undecoded,
         decoders_missing=tuple(sorted(acc.missing)),
     )
+
+
+def sass_payloads(path: str | Path, arch: int) -> list[bytes]:
+    """The decoded cubins (SASS) for ``sm_<arch>`` in an ELF library, e.g. to list the kernels it carries.
+
+    Only those entries are decompressed, so this stays fast on a 90 MB library. Raises VerificationError when
+    the fatbin is malformed or an entry of that arch cannot be decoded (no decoder for its compression).
+    """
+    acc = _Acc(keep_sass=arch)
+    with Path(path).open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        _summarize_buffer(data, acc, decode=False)
+    wanted = sum(1 for e in acc.entries if e.kind == "sass" and e.arch == arch)
+    if len(acc.payloads) != wanted:
+        raise VerificationError(
+            f"{path}: {wanted - len(acc.payloads)} of {wanted} sm_{arch} entries could not be decoded "
+            f"(compression {', '.join(sorted(acc.missing)) or '?'})",
+            hint="pip install zstandard (or install the zstd command)",
+        )
+    return acc.payloads

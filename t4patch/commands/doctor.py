@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from t4patch import sglang_support
 from t4patch.cli_options import add_json_option, add_target_options
 from t4patch.commands.status import engine_status
 from t4patch.environment import InstalledDistribution, TargetEnvironment, resolve_target
@@ -94,6 +95,9 @@ def run(args: argparse.Namespace) -> int:
     engine_rows = [engine_status(name, target).to_json() for name in engines()]
     mem = memory()
     notes = advice(report, pkgs, engine_rows)
+    sglang = sglang_support.check(target)
+    if sglang is not None:
+        notes.extend(sglang.warnings)
     if args.json:
         emit_json(
             "doctor",
@@ -103,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
                 "packages": pkgs,
                 "engines": engine_rows,
                 "memory": mem,
+                "sglang": sglang.to_json() if sglang else None,
                 "advice": notes,
             },
         )
@@ -148,6 +153,22 @@ def run(args: argparse.Namespace) -> int:
             ],
         )
     )
+    if sglang is not None:
+        say("")
+        say(f"SGLang {sglang.sglang_version} on Turing (Marlin runs through vLLM {sglang_support.VLLM_FOR_SGLANG}):")
+        say(f"  vLLM beside it:   {sglang.vllm_version or 'not installed'}")
+        if sglang.library:
+            cross = (
+                f"; cuobjdump lists {sglang.cuobjdump_sm75_cubins} sm_75 cubins"
+                if sglang.cuobjdump_sm75_cubins is not None
+                else ""
+            )
+            say(
+                f"  vLLM library:     {sglang.sm75_marlin_kernels} Marlin GEMM and {sglang.sm75_repack_kernels} repack "
+                f"kernels with sm_75 SASS{cross}"
+            )
+        pins = ", ".join(f"{name} torch{pin}" for name, pin in sglang.torch_pins.items()) or "none"
+        say(f"  torch:            {sglang.torch_version or 'not installed'} (pins: {pins})")
     gib = 2**30
     if mem["ram_total"] is not None:
         say("")

@@ -78,3 +78,15 @@ def test_validate_against_the_wheel(installed, cli):
     result = cli("validate", str(ps.directory), "--wheel", str(wheel_path(ps.distribution, ps.version)))
     assert result.code == 0, result.err
     assert result.out.count("reverts exactly") == len(ps.targets)
+
+
+def test_doctor_finds_sm75_marlin_in_the_real_vllm_library(tmp_path, cli, monkeypatch):
+    """SGLang with vLLM beside it: doctor reads vLLM's compiled library and finds sm_75 Marlin kernels."""
+    monkeypatch.delenv("T4PATCH_PATCHES", raising=False)
+    site = install_wheel_to(tmp_path / "site", wheel_path("sglang", "0.5.23"))
+    install_wheel_to(site, wheel_path("vllm", "0.33.0"))
+    doc = json.loads(cli("doctor", "--json", "--site-packages", str(site)).out)
+    sglang = doc["sglang"]
+    assert sglang["vllm_version"] == "0.33.0"
+    # 322 Marlin GEMM and 8 repack kernels with sm_75 SASS in vllm 0.33.0 (counted 2026-11-29); needs zstd
+    assert sglang["sm75_marlin_kernels"] == 322 and sglang["sm75_repack_kernels"] == 8, doc["advice"]
