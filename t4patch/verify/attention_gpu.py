@@ -15,7 +15,8 @@ what the launcher + kernel do with scratch buffers. What it cannot show: sm_75 c
 path), T4 speed.
 
 Every case is checked against a float32 torch reference built from the same paged cache; the bound is 2e-3
-max abs error on fp16 output.
+max abs error on fp16 output. The SGLang counterpart (extend + grouped decode) is attention_gpu_sglang, which
+reuses this module's capture, shared-limit override and device info.
 """
 
 from __future__ import annotations
@@ -176,31 +177,34 @@ def shared_limit(limit: int | None) -> Iterator[None]:
         torch.cuda.get_device_properties = real  # type: ignore[assignment]
 
 
-class LaunchCapture:
-    """Wraps the two JIT functions' ``run`` to record each launch's constexprs and compiled kernel."""
+VLLM_KERNELS = ("kernel_unified_attention", "reduce_segments")
+VLLM_CONSTEXPRS = ("TILE_SIZE", "IS_3D", "BLOCK_M", "HEAD_SIZE_PADDED", "NUM_SEGMENTS_PER_SEQ")
 
-    def __init__(self, module: types.ModuleType) -> None:
+
+class LaunchCapture:
+    """Wraps JIT functions' ``run`` to record each launch's constexprs and compiled kernel.
+
+    Defaults are vLLM's two kernels; the SGLang run (attention_gpu_sglang) passes its own names and keys."""
+
+    def __init__(
+        self, module: types.ModuleType, kernels: tuple[str, ...] = VLLM_KERNELS,
+        constexprs: tuple[str, ...] = VLLM_CONSTEXPRS,
+    ) -> None:
         self.launches: list[dict[str, Any]] = []
-        for name in ("kernel_unified_attention", "reduce_segments"):
+        for name in kernels:
             fn = getattr(module, name)
-            original = fn.run
+            original = getattr(fn, "_t4patch_original_run", fn.run)  # wrap once, even if captured twice
 
             def run(*args: Any, _orig: Any = original, _name: str = name, **kwargs: Any) -> Any:
                 kernel = _orig(*args, **kwargs)
-                record = {
-                    "kernel": _name,
-                    "TILE_SIZE": kwargs.get("TILE_SIZE"),
-                    "IS_3D": kwargs.get("IS_3D"),
-                    "BLOCK_M": kwargs.get("BLOCK_M"),
-                    "HEAD_SIZE_PADDED": kwargs.get("HEAD_SIZE_PADDED"),
-                    "NUM_SEGMENTS_PER_SEQ": kwargs.get("NUM_SEGMENTS_PER_SEQ"),
-                }
+                record = {"kernel": _name, **{key: kwargs.get(key) for key in constexprs}}
                 if kernel is not None:
                     record.update(_kernel_resources(kernel))
                 self.launches.append(record)
                 return kernel
 
             fn.run = run
+            fn._t4patch_original_run = original
 
     def take(self) -> list[dict[str, Any]]:
         out, self.launches = self.launches, []
