@@ -2,11 +2,12 @@
 
 Route: ``import sglang`` runs the whole runtime's imports (transformers, the language frontend, zmq, fastapi,
 ...), which a verification environment rarely has and which have nothing to do with tile choice. So the
-installed package is loaded as a *skeleton*: every ``sglang.*`` package is an empty module whose
-``__path__`` is the real directory (its ``__init__.py``, which only fills registries, is skipped), and every
-module that is imported is the real installed file: ``extend_attention.py``, ``decode_attention.py``,
-``score_mod.py`` and ``sglang/srt/environ.py`` (the env-var registry the launchers read). Exactly one module
-is a stand-in, and it is the platform probe the target architecture must answer anyway:
+installed package is loaded as a *skeleton* (:mod:`t4patch.verify.sglang_skeleton`): every ``sglang.*``
+package is an empty module whose ``__path__`` is the real directory (its ``__init__.py``, which only fills
+registries, is skipped), and every module that is imported is the real installed file:
+``extend_attention.py``, ``decode_attention.py``, ``score_mod.py`` and ``sglang/srt/environ.py`` (the env-var
+registry the launchers read). Exactly one module is a stand-in, and it is the platform probe the target
+architecture must answer anyway:
 
 - ``sglang.srt.utils``: ``is_cuda() -> True``, ``is_hip() -> False``, ``is_gfx95_supported() -> False``,
   ``is_gfx1250_supported() -> False``, ``get_device_core_count()`` (only read on ROCm MLA paths). The real
@@ -22,12 +23,12 @@ window offsets on sliding layers, and ``--triton-attention-num-kv-splits`` split
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
 import sys
 import types
 from pathlib import Path
 from typing import Any
+
+from t4patch.verify.sglang_skeleton import SkeletonFinder  # also imported from here by attention_gpu_sglang
 
 EXTEND_MODULE = "sglang.kernels.ops.attention.extend_attention"
 DECODE_MODULE = "sglang.kernels.ops.attention.decode_attention"
@@ -36,50 +37,6 @@ UTILS_MODULE = "sglang.srt.utils"
 
 class EngineCodeMismatch(RuntimeError):
     """The installed engine does not have the code this driver was written for."""
-
-
-class _EmptyPackageLoader(importlib.abc.Loader):
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
-        return None
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        module.__dict__["_t4patch_skeleton"] = True
-
-
-class _FixedModuleLoader(importlib.abc.Loader):
-    def __init__(self, module: types.ModuleType) -> None:
-        self.module = module
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        return self.module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        return None
-
-
-class SkeletonFinder(importlib.abc.MetaPathFinder):
-    """Serves ``sglang.*`` from ``root``: packages empty (``__init__`` skipped), modules real, overrides fixed."""
-
-    def __init__(self, root: Path, overrides: dict[str, types.ModuleType]) -> None:
-        self.root = root
-        self.overrides = overrides
-        self.real_modules: list[str] = []
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "sglang" and not fullname.startswith("sglang."):
-            return None
-        if fullname in self.overrides:
-            return importlib.machinery.ModuleSpec(fullname, _FixedModuleLoader(self.overrides[fullname]))
-        search = [str(self.root)] if fullname == "sglang" else path
-        spec = importlib.machinery.PathFinder.find_spec(fullname, search)
-        if spec is None:
-            return None
-        if spec.submodule_search_locations is not None:
-            package = importlib.machinery.ModuleSpec(fullname, _EmptyPackageLoader(), is_package=True)
-            package.submodule_search_locations = list(spec.submodule_search_locations)
-            return package
-        self.real_modules.append(fullname)
-        return spec
 
 
 def _utils_standin() -> types.ModuleType:

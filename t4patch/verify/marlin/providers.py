@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from t4patch.environment import TargetEnvironment
 from t4patch.errors import ForeignFileError, MissingDependencyError, NotAppliedError
+from t4patch.hashing import sha256_file
 from t4patch.verify.marlin import sglang_loader, vllm_lib
 from t4patch.verify.marlin.scalar_type import UINT4B8
 
@@ -134,7 +135,7 @@ def _resolve_vllm(target: TargetEnvironment, vllm_lib_path: str | None, *, need_
         wrappers = vllm_lib.wrappers_from_source(library.vllm_dir / "_custom_ops.py", scalar_type_module)
         info["custom_ops_py"] = {
             "path": str(library.vllm_dir / "_custom_ops.py"),
-            "sha256": vllm_lib.sha256_path(library.vllm_dir / "_custom_ops.py"),
+            "sha256": sha256_file(library.vllm_dir / "_custom_ops.py"),
         }
     type_id = weight_type.id
     if wrappers is not None:

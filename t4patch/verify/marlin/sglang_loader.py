@@ -3,7 +3,7 @@
 ``import sglang`` runs ``sglang/__init__.py``, which pulls transformers, the language frontend and SGLang's
 runtime (seconds, and packages a GPU test box may not have). The redirect under test lives entirely in
 ``sglang/kernels/ops/gemm/gptq_marlin.py`` and ``sglang/kernels/ops/quantization/gptq_marlin_repack.py``, so
-this loader imports those real files with a meta-path finder that:
+this loader imports those real files with the skeleton finder of :mod:`t4patch.verify.sglang_skeleton`, which:
 
 - serves every ``sglang.*`` *package* as an empty module whose ``__path__`` is the real directory (its
   ``__init__.py`` is skipped: those only populate registries and re-export names);
@@ -20,8 +20,6 @@ inside a full SGLang environment), the real modules are used as they are.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import sys
 import types
@@ -29,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from t4patch.errors import MissingDependencyError
+from t4patch.verify.sglang_skeleton import SkeletonFinder
 
 GEMM_MODULE = "sglang.kernels.ops.gemm.gptq_marlin"
 REPACK_MODULE = "sglang.kernels.ops.quantization.gptq_marlin_repack"
@@ -49,51 +48,6 @@ class LoadedSGLang:
     root: Path | None
     mode: str  # "skeleton" or "already-imported"
     standins: tuple[str, ...]
-
-
-class _EmptyPackageLoader(importlib.abc.Loader):
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
-        return None  # default module creation
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        module.__dict__.setdefault("_t4patch_skeleton", True)
-
-
-class _FixedModuleLoader(importlib.abc.Loader):
-    def __init__(self, module: types.ModuleType) -> None:
-        self._module = module
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        return self._module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        return None
-
-
-class _SkeletonFinder(importlib.abc.MetaPathFinder):
-    """Resolves ``sglang.*`` against ``root`` without running package ``__init__`` files."""
-
-    def __init__(self, root: Path, overrides: dict[str, types.ModuleType]) -> None:
-        self.root = root
-        self.overrides = overrides
-        self.skipped_inits: list[str] = []
-
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "sglang" and not fullname.startswith("sglang."):
-            return None
-        if fullname in self.overrides:
-            return importlib.util.spec_from_loader(fullname, _FixedModuleLoader(self.overrides[fullname]))
-        base = self.root.joinpath(*fullname.split("."))
-        if base.is_dir():
-            spec = importlib.machinery.ModuleSpec(fullname, _EmptyPackageLoader(), is_package=True)
-            spec.submodule_search_locations = [str(base)]
-            if (base / "__init__.py").is_file():
-                self.skipped_inits.append(fullname)
-            return spec
-        source = base.with_suffix(".py")
-        if source.is_file():
-            return importlib.util.spec_from_file_location(fullname, source)
-        return None
 
 
 def _jit_utils_standin(root: Path) -> types.ModuleType:
@@ -140,7 +94,7 @@ def load_patched_sglang(root: Path | None) -> LoadedSGLang:
             hint="pip install sglang==0.5.23, then t4patch apply sglang (or pass --site-packages DIR)",
         )
     jit_utils = _jit_utils_standin(root)
-    finder = _SkeletonFinder(root, {JIT_UTILS_MODULE: jit_utils})
+    finder = SkeletonFinder(root, {JIT_UTILS_MODULE: jit_utils})
     sys.meta_path.insert(0, finder)
     try:
         gemm = importlib.import_module(GEMM_MODULE)

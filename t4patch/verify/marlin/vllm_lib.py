@@ -12,7 +12,6 @@ code and not a t4patch imitation.
 from __future__ import annotations
 
 import ast
-import hashlib
 import lzma
 import os
 import shutil
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from t4patch.data import data_dir
 from t4patch.errors import MissingDependencyError, PatchSetError
+from t4patch.hashing import sha256_file
 from t4patch.tomlcompat import tomllib
 
 LIBRARY_NAME = "_C_stable_libtorch.abi3.so"
@@ -61,14 +61,6 @@ class LoadedLibrary:
         }
 
 
-def sha256_path(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def known_files() -> tuple[KnownFile, ...]:
     path = data_dir("verify") / "vllm-marlin-libraries.toml"
     try:
@@ -98,7 +90,7 @@ def _cache_root() -> Path:
 
 def _decompress(xz_path: Path) -> Path:
     """Decompress once into the cache (keyed by the archive's hash); atomic so parallel runs are safe."""
-    key = sha256_path(xz_path)[:16]
+    key = sha256_file(xz_path)[:16]
     target = _cache_root() / key / LIBRARY_NAME
     if target.is_file():
         return target
@@ -169,7 +161,7 @@ def load_library(given: Path) -> LoadedLibrary:
             f"{so} loaded but registers no torch.ops._C.{', '.join(missing)} (not vLLM's op library?)",
             hint=_INSTALL_HINT,
         )
-    digest = sha256_path(so)
+    digest = sha256_file(so)
     loaded = LoadedLibrary(so, given, digest, identify(digest), given.parent)
     _LOADED[so] = loaded
     return loaded
