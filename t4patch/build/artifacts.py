@@ -26,7 +26,9 @@ from pathlib import Path
 from t4patch.fatbin import FatbinSummary, arch_sorted, cuda_architectures
 from t4patch.hashing import sha256_file
 
-_ARCH = re.compile(r"sm_(\d+)[af]?")
+# The architecture in a cuobjdump listing's file name ("ELF file 1: libx.1.sm_75.cubin"): only the suffix, so an
+# artifact whose own name contains "sm_80" cannot add an architecture.
+_ARCH = re.compile(r"\.sm_(\d+)[af]?\.(?:cubin|ptx)\b")
 _SKIP_DIRS = frozenset({".git", "CMakeFiles", "deps", "incremental", ".fingerprint"})
 
 
@@ -135,7 +137,12 @@ def check_file(path: Path, arch: int, *, cuobjdump: str | None, must_have_cuda: 
         if want_sass not in summary.sass:
             what = (f"SASS only for {', '.join(arch_sorted(summary.sass))}" if summary.sass
                     else "no SASS at all")
-            jit = f"; PTX {', '.join(arch_sorted(summary.ptx))} would be JIT-compiled at first run" if summary.ptx else ""
+            # The driver JIT-compiles PTX for the GPU's own or an older architecture only: PTX for a target
+            # above sm_XY cannot run on it at all.
+            jitable = arch_sorted(p for p in summary.ptx if int(re.sub(r"\D", "", p)) <= arch)
+            newer = arch_sorted(p for p in summary.ptx if int(re.sub(r"\D", "", p)) > arch)
+            jit = (f"; PTX {', '.join(jitable)} would be JIT-compiled at first run" if jitable else "") + (
+                f"; PTX {', '.join(newer)} cannot run on {want_sass}" if newer else "")
             problems.append(f"no {want_sass} SASS in {summary.containers} fatbin container(s) ({what}{jit})")
         else:
             missing = summary.containers_without_sass(arch)

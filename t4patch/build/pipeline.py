@@ -7,6 +7,7 @@ build: the record says so and VerificationError is raised, even though every ste
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import glob
 import json
@@ -21,7 +22,8 @@ from t4patch.build.artifacts import ArtifactReport, check_artifacts
 from t4patch.build.plan import BuildPlan
 from t4patch.build.preflight import Check
 from t4patch.build.runner import StatusPrinter, StepResult, run_step
-from t4patch.build.source import SourceIdentity, identify_directory, resolve_checkout
+from t4patch.build.source import (SourceIdentity, check_reused_clone, identify_directory, resolve_checkout,
+                                  resolve_ref)
 from t4patch.errors import BuildError, T4PatchError, VerificationError
 from t4patch.hashing import sha256_file
 
@@ -88,22 +90,34 @@ def execute(plan: BuildPlan, checks: list[Check], *, printer: StatusPrinter | No
         return record
 
     try:
+        if plan.source.mode == "reuse":
+            assert plan.source.repository is not None
+            check_reused_clone(plan.source.path, plan.source.repository, plan.out)
+        elif plan.source.mode == "directory":
+            # Identified before any step runs: the build must not change what "the source" was, and an --out
+            # inside the source tree is left out of the digest.
+            identity = identify_directory(plan.source.path, exclude=_inside(plan.out, plan.source.path))
         total = len(plan.steps)
         for index, step in enumerate(plan.steps, 1):
+            expected = None
+            if step.name == "checkout" and plan.source.mode != "directory":
+                assert plan.source.ref is not None
+                expected = resolve_ref(plan.source.path, plan.source.ref)
+                step = dataclasses.replace(step, argv=step.argv[:-1] + (expected,))
             results.append(run_step(step, plan.log_path, printer, index=index, total=total,
                                     known_failures=plan.recipe.known_failures, rerun=command_line))
-            if step.name == "checkout":
+            if expected is not None:
                 assert plan.source.ref is not None
-                identity = resolve_checkout(plan.source.path, plan.source.ref)
+                identity = resolve_checkout(plan.source.path, plan.source.ref, expected)
         if identity is None:
-            identity = identify_directory(plan.source.path)
+            identity = identify_directory(plan.source.path, exclude=_inside(plan.out, plan.source.path))
         files, cuda_files = collect_artifacts(plan)
     except T4PatchError as exc:
         failed_step = getattr(exc, "step_result", None)
         if failed_step is not None:
             results.append(failed_step)
         if identity is None and plan.source.mode == "directory" and plan.source.path.is_dir():
-            identity = identify_directory(plan.source.path)
+            identity = identify_directory(plan.source.path, exclude=_inside(plan.out, plan.source.path))
         finish("failed", exc, None, [])
         raise
     except KeyboardInterrupt:
@@ -127,6 +141,15 @@ def execute(plan: BuildPlan, checks: list[Check], *, printer: StatusPrinter | No
         finish("failed", error, report, artifacts)
         raise error
     return finish("ok", None, report, artifacts), report
+
+
+def _inside(path: Path, root: Path) -> Path | None:
+    """``path`` when it lies inside ``root`` (so a digest of ``root`` must leave it out), else None."""
+    try:
+        path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return None
+    return path
 
 
 def _rel(path: Path, root: Path) -> str:

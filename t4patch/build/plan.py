@@ -16,6 +16,9 @@ from t4patch.build.recipe import Recipe, StepTemplate
 from t4patch.errors import UsageError
 
 CPU = "cpu"
+# A ref is passed to git as an argument: anything else (a leading "-", spaces, "..", "^{...}") is refused so
+# that `--ref=--orphan=x` can never reach git as an option.
+REF_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,9 @@ class BuildPlan:
         lines.append("commands:")
         for i, step in enumerate(self.steps, 1):
             lines.append(f"  [{i}/{len(self.steps)}] {step.name}: {step.shell()}")
+            if step.name == "checkout":
+                lines.append(f"        ({self.source.ref} is first resolved to a commit: refs/tags/{self.source.ref}, "
+                             f"else refs/remotes/origin/{self.source.ref}, else a commit hash; that commit is checked out)")
         return "\n".join(lines)
 
     def _source_line(self) -> str:
@@ -147,6 +153,12 @@ def plan_build(
     if ref is not None and source_dir is not None:
         raise UsageError("--ref and --source exclude each other: --source builds the directory as it is",
                          hint=f"t4patch build {recipe.name} --source DIR  or  --ref REF")
+    if ref is not None and (not REF_PATTERN.match(ref) or ".." in ref):
+        raise UsageError(f"--ref {ref!r}: expected a tag, branch or commit (letters, digits, . _ / -, not starting "
+                         "with - or .)", hint=f"t4patch build {recipe.name} --ref {recipe.default_ref}")
+    if repository is not None and source_dir is not None:
+        raise UsageError("--repo and --source exclude each other: --source builds the directory as it is, nothing "
+                         "is cloned", hint=f"t4patch build {recipe.name} --source DIR  or  --repo URL")
     if jobs is None:
         jobs = os.cpu_count() or 1
     if jobs < 1:
@@ -160,6 +172,10 @@ def plan_build(
 
     if source_dir is not None:
         src = (base / source_dir).resolve()
+        if not src.is_dir():
+            raise UsageError(f"--source {source_dir}: expected an existing {recipe.name} source directory, found "
+                             f"{'a file' if src.exists() else 'nothing'} at {src}",
+                             hint=f"t4patch build {recipe.name}  (clones {recipe.repository}) or --source DIR")
         source = SourceSpec("directory", src, None, None)
     else:
         src = out / "src"
@@ -228,12 +244,18 @@ def _git_steps(source: SourceSpec) -> list[PlannedStep]:
     assert source.repository is not None and source.ref is not None
     git_env = {"GIT_TERMINAL_PROMPT": "0"}  # never hang on a password prompt
     steps = []
+    # "--" keeps a repository that starts with "-" from being read as an option.
     if source.mode == "clone":
-        steps.append(PlannedStep("clone", ("git", "clone", "--progress", "--no-checkout", source.repository,
+        steps.append(PlannedStep("clone", ("git", "clone", "--progress", "--no-checkout", "--", source.repository,
                                            str(source.path)), source.path.parent, git_env, "git"))
     else:
-        steps.append(PlannedStep("fetch", ("git", "-C", str(source.path), "fetch", "--progress", "--tags", "origin"),
-                                 source.path, git_env, "git"))
+        # --force: a tag moved upstream replaces the local one; --prune: a branch deleted upstream no longer
+        # resolves from a stale refs/remotes/origin/<name>.
+        steps.append(PlannedStep("fetch", ("git", "-C", str(source.path), "fetch", "--progress", "--force", "--prune",
+                                           "--tags", "origin"), source.path, git_env, "git"))
+    # The ref is resolved to a commit after the clone/fetch (t4patch.build.source.resolve_ref: refs/tags/REF,
+    # then refs/remotes/origin/REF, then a commit hash), and the pipeline replaces the last argument with that
+    # commit: checking out the name itself would pick up a stale local branch of a reused clone.
     steps.append(PlannedStep("checkout", ("git", "-C", str(source.path), "-c", "advice.detachedHead=false",
                                           "checkout", "--force", "--detach", source.ref), source.path, git_env, "none"))
     return steps

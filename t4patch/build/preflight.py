@@ -32,6 +32,10 @@ VERSION_COMMANDS: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
     "cargo": (("cargo", "--version"), re.compile(r"cargo (\d+(?:\.\d+)+)")),
     "rustc": (("rustc", "--version"), re.compile(r"rustc (\d+(?:\.\d+)+)")),
     "nvcc": (("nvcc", "--version"), re.compile(r"release (\d+\.\d+), V(\d+(?:\.\d+)+)")),
+    # The host compilers CMake, nvcc (-ccbin) and cargo's cc crate run. gcc: "cc (Debian 12.2.0-14) 12.2.0";
+    # clang: "clang version 17.0.6".
+    "cc": (("cc", "--version"), re.compile(r"(?:\) |version )(\d+(?:\.\d+)+)")),
+    "c++": (("c++", "--version"), re.compile(r"(?:\) |version )(\d+(?:\.\d+)+)")),
 }
 
 INSTALL_HINTS = {
@@ -42,6 +46,8 @@ INSTALL_HINTS = {
     "cargo": "install Rust >= {v} with rustup (https://rustup.rs), then: rustup update stable",
     "rustc": "install Rust >= {v} with rustup (https://rustup.rs), then: rustup update stable",
     "nvcc": "install the CUDA toolkit >= {v} and put its bin/ on PATH (or set CUDA_HOME)",
+    "cc": "apt-get install build-essential (a C compiler >= {v} as `cc`: gcc or clang)",
+    "c++": "apt-get install build-essential (a C++17 compiler >= {v} as `c++`: g++ or clang++)",
 }
 
 # Library file names (any version suffix) and the header a build compiles against.

@@ -22,7 +22,7 @@ RECIPE_SCHEMA = 1
 PLACEHOLDERS = frozenset({"source", "build", "out", "arch", "jobs", "nvcc", "features"})
 PROGRESS_KINDS = frozenset({"cmake", "ninja", "make", "cargo", "git", "none"})
 REQUIREMENTS = frozenset({"sass", "ptx-text"})
-KNOWN_TOOLS = frozenset({"git", "cmake", "ninja", "make", "cargo", "rustc", "nvcc"})
+KNOWN_TOOLS = frozenset({"git", "cmake", "ninja", "make", "cargo", "rustc", "nvcc", "cc", "c++"})
 KNOWN_LIBRARIES = frozenset({"cudart", "cublas", "curand", "nvrtc", "cuda_driver", "cudnn"})
 _VERSION = re.compile(r"^\d+(\.\d+){0,2}$")
 

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from t4patch.errors import BuildError
+from t4patch.errors import BuildError, UsageError
 
 _HEX = re.compile(r"^[0-9a-fA-F]{7,40}$")
 
@@ -59,35 +59,78 @@ def is_git_worktree(path: Path) -> bool:
     return proc.returncode == 0 and Path(proc.stdout.strip()).resolve() == path.resolve()
 
 
-def resolve_checkout(path: Path, requested_ref: str) -> SourceIdentity:
-    """Identify a checkout made for ``requested_ref`` and verify HEAD is that ref; BuildError otherwise."""
+def resolve_ref(path: Path, requested_ref: str) -> str:
+    """The commit ``requested_ref`` names in the clone at ``path``, looked up in a fixed order.
+
+    refs/tags/REF, then refs/remotes/origin/REF (what the last clone/fetch brought, never a local branch that
+    an earlier build left behind), then, only for a hex-looking ref, a commit hash. BuildError if none names
+    a commit.
+    """
+    candidates = [f"refs/tags/{requested_ref}", f"refs/remotes/origin/{requested_ref}"]
+    if _HEX.match(requested_ref):
+        candidates.append(requested_ref)
+    for candidate in candidates:
+        proc = _git(path, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}")
+        if proc.returncode == 0 and proc.stdout.strip():
+            commit = proc.stdout.strip()
+            if candidate == requested_ref and not commit.startswith(requested_ref.lower()):
+                # An abbreviation must name this commit, not something `rev-parse` found by another rule.
+                continue
+            return commit
+    raise BuildError(f"ref {requested_ref!r} does not name a commit in {path} (looked for tag, origin branch"
+                     f"{', commit' if _HEX.match(requested_ref) else ''})",
+                     hint="check the ref (tag, branch or commit) and rerun with --ref REF")
+
+
+def origin_url(path: Path) -> str | None:
+    proc = _git(path, "remote", "get-url", "origin")
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def _same_repository(a: str, b: str) -> bool:
+    def norm(url: str) -> str:
+        url = url.strip().rstrip("/")
+        return url[:-4] if url.endswith(".git") else url
+    return norm(a) == norm(b)
+
+
+def check_reused_clone(path: Path, repository: str, out: Path) -> None:
+    """A reused clone must come from the requested repository; UsageError otherwise.
+
+    The origin is never silently re-pointed: a clone of another repository holds other refs and objects, and
+    the record must name what was really fetched.
+    """
+    found = origin_url(path)
+    if found is None or not _same_repository(found, repository):
+        raise UsageError(
+            f"{path} is a clone of {found or 'no origin remote'}, not of the requested {repository}",
+            hint=f"remove {out / 'src'}, or pass the same --repo {found}" if found else f"remove {out / 'src'}",
+        )
+
+
+def resolve_checkout(path: Path, requested_ref: str, expected: str) -> SourceIdentity:
+    """Identify a checkout made for ``requested_ref`` (resolved to ``expected``) and verify HEAD is that commit."""
     head = _git(path, "rev-parse", "--verify", "HEAD^{commit}")
     if head.returncode != 0:
-        raise BuildError(f"{path} has no checked-out commit after `git checkout {requested_ref}` ({head.stderr.strip()})",
+        raise BuildError(f"{path} has no checked-out commit after `git checkout {expected}` ({head.stderr.strip()})",
                          hint=f"remove {path} and rerun the build")
     commit = head.stdout.strip()
-    wanted = _git(path, "rev-parse", "--verify", "--end-of-options", f"{requested_ref}^{{commit}}")
-    if wanted.returncode != 0:
-        raise BuildError(f"ref {requested_ref!r} does not name a commit in {path}",
-                         hint="check the ref (tag, branch or commit) and rerun with --ref REF")
-    expected = wanted.stdout.strip()
     if commit != expected:
         raise BuildError(f"checked out {commit[:12]} but {requested_ref!r} is {expected[:12]}",
                          hint=f"remove {path} and rerun the build")
-    if _HEX.match(requested_ref) and not commit.startswith(requested_ref.lower()):
-        # A branch or tag that happens to look like a hex prefix must not pass as that commit.
-        raise BuildError(f"ref {requested_ref!r} looks like a commit but resolved to {commit[:12]}",
-                         hint="pass the full 40-character commit with --ref")
     return _git_identity(path, requested_ref, commit, verified=True)
 
 
-def identify_directory(path: Path) -> SourceIdentity:
-    """Identify a --source tree: its git HEAD when it is a checkout, else a digest over its files."""
+def identify_directory(path: Path, *, exclude: Path | None = None) -> SourceIdentity:
+    """Identify a --source tree: its git HEAD when it is a checkout, else a digest over its files.
+
+    ``exclude`` (the build's output directory when it lies inside the tree) is left out of the digest.
+    """
     if is_git_worktree(path):
         head = _git(path, "rev-parse", "--verify", "HEAD^{commit}")
         if head.returncode == 0:
             return _git_identity(path, None, head.stdout.strip(), verified=False)
-    digest, count = tree_sha256(path)
+    digest, count = tree_sha256(path, exclude=exclude)
     return SourceIdentity("directory", path, None, None, False, None, None, digest, count)
 
 
@@ -107,13 +150,18 @@ def _git_identity(path: Path, ref: str | None, commit: str, *, verified: bool) -
     )
 
 
-def tree_sha256(root: Path, *, skip: tuple[str, ...] = (".git", "build", "target", "t4patch-build")) -> tuple[str, int]:
-    """sha256 over (relative path, file sha256) of every regular file, sorted; build outputs are skipped."""
+def tree_sha256(root: Path, *, skip: tuple[str, ...] = (".git", "build", "target", "t4patch-build"),
+                exclude: Path | None = None) -> tuple[str, int]:
+    """sha256 over (relative path, file sha256) of every regular file, sorted; build outputs are skipped
+    (top-level ``skip`` names, and the directory ``exclude`` wherever it lies inside ``root``)."""
     entries: list[tuple[str, str]] = []
+    excluded = exclude.resolve() if exclude is not None else None
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root)
         if rel_dir == Path("."):
             dirnames[:] = [d for d in dirnames if d not in skip]
+        if excluded is not None:
+            dirnames[:] = [d for d in dirnames if (Path(dirpath) / d).resolve() != excluded]
         dirnames.sort()
         for name in filenames:
             full = Path(dirpath) / name

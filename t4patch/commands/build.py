@@ -38,7 +38,7 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     parser.add_argument("--arch", default="75", help="compute capability: 75 (default, Tesla T4), sm_75, 7.5; "
                         "'cpu' for a CPU-only llama.cpp")
     parser.add_argument("--feature", action="append", default=[], metavar="NAME",
-                        help="extra cargo feature (mistral.rs: cudnn); flash-attn is refused below sm_80")
+                        help="extra cargo feature (mistral.rs: cudnn; flash-attn for --arch 80 or newer)")
     parser.add_argument("--jobs", "-j", type=int, metavar="N", help="parallel compile jobs (default: all CPUs)")
     parser.add_argument("--out", metavar="DIR", type=Path,
                         help="output directory (default: ./t4patch-build/<engine>-sm<arch>)")
@@ -59,6 +59,11 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_build(recipe, arch=args.arch, jobs=args.jobs, out=args.out, ref=args.ref, source_dir=args.source,
                       repository=args.repo, features=tuple(args.feature), nvcc=nvcc)
     command_line = _command_line(args)
+    if plan.source.mode == "reuse":
+        from t4patch.build.source import check_reused_clone
+
+        assert plan.source.repository is not None
+        check_reused_clone(plan.source.path, plan.source.repository, plan.out)  # before a dry run shows the plan
     checks = run_preflight(plan)
     if args.dry_run:
         if args.json:
@@ -128,4 +133,8 @@ def _command_line(args: argparse.Namespace) -> str:
         parts += ["--arch", args.arch]
     for feature in args.feature:
         parts += ["--feature", feature]
+    if getattr(args, "dry_run", False):
+        parts.append("--dry-run")
+    if getattr(args, "json", False):
+        parts.append("--json")
     return shlex.join(parts)

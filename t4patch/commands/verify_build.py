@@ -33,14 +33,14 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 
 def run(args: argparse.Namespace) -> int:
-    from t4patch.build.artifacts import check_artifacts, collect_files, render_report
+    from t4patch.build.artifacts import check_artifacts, collect_files, is_binary_candidate, render_report
     from t4patch.build.plan import CPU, normalize_arch
     from t4patch.errors import UsageError, VerificationError
 
     for path in args.paths:
         if not path.exists():
             raise UsageError(f"{path} does not exist", hint="t4patch verify build ./t4patch-build/llama.cpp-sm75")
-    arch, require, cuda_files = _record_rules(args.paths)
+    arch, require, cuda_files, engine = _record_rules(args.paths)
     if args.arch is not None:
         arch = normalize_arch(args.arch)
     if arch == CPU:
@@ -48,6 +48,13 @@ def run(args: argparse.Namespace) -> int:
     if args.require is not None:
         require = tuple(args.require)
     files = collect_files(list(args.paths))
+    rebuild = f"t4patch build {engine or 'llama.cpp'} --arch {arch or '75'}"
+    if not any(is_binary_candidate(f) or f.suffix == ".ptx" for f in files):
+        # Nothing a build produces was found (an empty directory, a text file): a wrong path, not a failed
+        # architecture check. A .ptx file passed by name is read as PTX text.
+        where = ", ".join(str(p) for p in args.paths)
+        raise UsageError(f"no ELF/.a/.fatbin files under {where}",
+                         hint=f"pass a build output directory or its libraries/binaries, or build first: {rebuild}")
     report = check_artifacts(files, int(arch or "75"), require=require, cuda_files=cuda_files,
                              use_cuobjdump=not args.no_cuobjdump)
     if args.json:
@@ -58,15 +65,15 @@ def run(args: argparse.Namespace) -> int:
         problems = report.all_problems()
         raise VerificationError(
             f"sm_{report.arch} check failed: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
-            hint=f"rebuild for this architecture: t4patch build <engine> --arch {report.arch}",
+            hint=f"rebuild for this architecture: t4patch build {engine or 'llama.cpp'} --arch {report.arch}",
         )
     return 0
 
 
-def _record_rules(paths: list[Path]) -> tuple[str | None, tuple[str, ...], tuple[Path, ...]]:
-    """(arch, require, CUDA artifact files) from a build-record.json in a single directory argument, if any."""
+def _record_rules(paths: list[Path]) -> tuple[str | None, tuple[str, ...], tuple[Path, ...], str | None]:
+    """(arch, require, CUDA artifact files, engine) from a build-record.json in a single directory argument."""
     if len(paths) != 1 or not paths[0].is_dir() or not (paths[0] / "build-record.json").is_file():
-        return None, (), ()
+        return None, (), (), None
     from t4patch.build.recipe import load_recipe
     from t4patch.errors import UsageError
 
@@ -82,4 +89,4 @@ def _record_rules(paths: list[Path]) -> tuple[str | None, tuple[str, ...], tuple
     if not build_dir.is_dir():  # the output directory was moved: the record's build dir is relative to it
         build_dir = paths[0] / recipe.build_dir
     cuda_files = tuple(Path(p).resolve() for pattern in recipe.cuda_artifacts for p in build_dir.glob(pattern))
-    return arch, recipe.require, cuda_files
+    return arch, recipe.require, cuda_files, recipe.name

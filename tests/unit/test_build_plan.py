@@ -68,11 +68,13 @@ def test_mistral_rs_sm75(src: Path, tmp_path: Path) -> None:
 def test_mistral_rs_cudnn_and_flash_attn_gate(src: Path) -> None:
     plan = plan_build(load_recipe("mistral.rs"), arch="75", source_dir=src, features=("cudnn",))
     assert plan.steps[0].argv[-2:] == ("--features", "cuda cudnn")
-    for arch in ("75", "86"):
-        with pytest.raises(UsageError) as info:
-            plan_build(load_recipe("mistral.rs"), arch=arch, source_dir=src, features=("flash-attn",))
-        # Below 8.0 the reason is the architecture; at 8.6 the recipe simply does not offer it.
-        assert ("needs compute capability 8.0" in str(info.value)) == (arch == "75")
+    with pytest.raises(UsageError, match="needs compute capability 8.0"):
+        plan_build(load_recipe("mistral.rs"), arch="75", source_dir=src, features=("flash-attn",))
+    for arch in ("80", "86"):  # offered from 8.0 on, as docs/build.md says
+        plan = plan_build(load_recipe("mistral.rs"), arch=arch, source_dir=src, features=("flash-attn",))
+        assert plan.steps[0].argv[-2:] == ("--features", "cuda flash-attn")
+    with pytest.raises(UsageError, match="not offered"):
+        plan_build(load_recipe("mistral.rs"), arch="90", source_dir=src, features=("flash-attn-v3",))
     with pytest.raises(UsageError, match="needs compute capability 9.0"):
         plan_build(load_recipe("mistral.rs"), arch="86", source_dir=src, features=("flash-attn-v3",))
     with pytest.raises(UsageError, match="no CPU-only build"):
@@ -82,7 +84,7 @@ def test_mistral_rs_cudnn_and_flash_attn_gate(src: Path) -> None:
 def test_clone_plan_uses_ref_and_repository(tmp_path: Path) -> None:
     plan = plan_build(load_recipe("llama.cpp"), out=tmp_path / "o", ref="b1234", repository="file:///mirror/llama.cpp")
     clone, checkout = plan.steps[:2]
-    assert clone.argv == ("git", "clone", "--progress", "--no-checkout", "file:///mirror/llama.cpp",
+    assert clone.argv == ("git", "clone", "--progress", "--no-checkout", "--", "file:///mirror/llama.cpp",
                           str(tmp_path / "o" / "src"))
     assert checkout.argv[-1] == "b1234" and "--detach" in checkout.argv
     assert clone.env == {"GIT_TERMINAL_PROMPT": "0"}

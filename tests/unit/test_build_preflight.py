@@ -20,6 +20,8 @@ from t4patch.errors import ToolMissingError
 
 VERSIONS = {
     "git": "git version 2.39.5\n",
+    "cc": "cc (Debian 12.2.0-14+deb12u1) 12.2.0\nCopyright (C) 2022 Free Software Foundation, Inc.\n",
+    "c++": "c++ (Debian 12.2.0-14+deb12u1) 12.2.0\n",
     "cmake": "cmake version 3.25.1\n\nCMake suite maintained and supported by Kitware (kitware.com/cmake).\n",
     "ninja": "1.11.1\n",
     "cargo": "cargo 1.95.0 (f2d3ce0bd 2026-03-21)\n",
@@ -91,7 +93,7 @@ def test_all_present_passes(tmp_path: Path) -> None:
     checks = _checks(tmp_path)
     assert not _failed(checks), [c.line() for c in checks]
     names = [c.name for c in checks]
-    assert names[:3] == ["cmake", "ninja", "nvcc"] and "nvcc sm_75" in names and "cublas" in names
+    assert names[:5] == ["cmake", "ninja", "cc", "c++", "nvcc"] and "nvcc sm_75" in names and "cublas" in names
     assert "git" not in names  # --source: no clone, so git is not required
     enforce(checks, command="t4patch build llama.cpp")
 

@@ -29,7 +29,8 @@ def test_shipped_recipes_load() -> None:
     assert mistral.default_ref == "v0.9.5"
     assert mistral.cuda_env["CUDA_COMPUTE_CAP"] == "{arch}"
     assert mistral.feature_min_arch == {"flash-attn": 80, "flash-attn-v3": 90}
-    assert "flash-attn" not in mistral.optional_features and "cudnn" in mistral.optional_features
+    assert mistral.optional_features == ("cudnn", "flash-attn") and "flash-attn-v3" not in mistral.optional_features
+    assert llama.tools["cc"] == "9" and mistral.tools["c++"] == "9"
     assert mistral.require == ("ptx-text",)
 
 

@@ -247,9 +247,9 @@ def test_clone_path_against_local_bare_repository(tmp_path: Path) -> None:
     record, _ = execute(plan, [], printer=StatusPrinter(io.StringIO()))
     assert record["source"]["commit"] == first
 
-    # A ref that does not exist fails in the checkout step, with the log named.
+    # A ref that does not exist fails before the checkout step, naming the ref.
     plan = plan_build(recipe, ref="v9", repository=f"file://{bare}", out=tmp_path / "out-bad")
-    with pytest.raises(BuildError, match="step 'checkout' failed"):
+    with pytest.raises(BuildError, match="ref 'v9' does not name a commit"):
         execute(plan, [], printer=StatusPrinter(io.StringIO()))
 
 
