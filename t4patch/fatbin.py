@@ -134,6 +134,21 @@ def arch_sorted(names) -> list[str]:
 # --------------------------------------------------------------------------------------------- decoders
 
 
+def _lz4_length(nibble: int, src: bytes, i: int, what: str) -> tuple[int, int]:
+    """An LZ4 length: the token's 4-bit value, extended by bytes while they are 255 (when the nibble is 15)."""
+    length = nibble
+    if nibble == 15:
+        while True:
+            if i >= len(src):
+                raise ValueError(f"truncated {what} length")
+            b = src[i]
+            i += 1
+            length += b
+            if b != 255:
+                break
+    return length, i
+
+
 def lz4_block_decompress(src: bytes, size: int) -> bytes:
     """Decode one raw LZ4 block (no frame) of known decompressed ``size``; raise ValueError if malformed."""
     out = bytearray()
@@ -141,16 +156,7 @@ def lz4_block_decompress(src: bytes, size: int) -> bytes:
     while i < n:
         token = src[i]
         i += 1
-        length = token >> 4
-        if length == 15:
-            while True:
-                if i >= n:
-                    raise ValueError("truncated literal length")
-                b = src[i]
-                i += 1
-                length += b
-                if b != 255:
-                    break
+        length, i = _lz4_length(token >> 4, src, i, "literal")
         if i + length > n:
             raise ValueError("literal run past end of block")
         out += src[i : i + length]
@@ -163,16 +169,7 @@ def lz4_block_decompress(src: bytes, size: int) -> bytes:
         i += 2
         if offset == 0 or offset > len(out):
             raise ValueError("match offset outside decoded data")
-        mlen = token & 15
-        if mlen == 15:
-            while True:
-                if i >= n:
-                    raise ValueError("truncated match length")
-                b = src[i]
-                i += 1
-                mlen += b
-                if b != 255:
-                    break
+        mlen, i = _lz4_length(token & 15, src, i, "match")
         mlen += 4
         start = len(out) - offset
         if mlen <= offset:
