@@ -186,7 +186,7 @@ def run_step(step: PlannedStep, log: Path, printer: StatusPrinter, *, index: int
                 pending = _consume(pending + chunk, step, started, printer, tail)
         except BaseException:
             # Ctrl-C / SIGTERM (see commands/build.py) / an internal error: never leave the compilers running.
-            _stop_group(proc)
+            stop_process_group(proc)
             fh.write(f"### t4patch step {step.name}: interrupted after {time.monotonic() - started:.1f}s\n".encode())
             printer.done(step.name, time.monotonic() - started, False)
             raise
@@ -215,7 +215,7 @@ def run_step(step: PlannedStep, log: Path, printer: StatusPrinter, *, index: int
     return StepResult(step.name, step.argv, str(step.cwd), dict(step.env), seconds, returncode, last_percent)
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
+def stop_process_group(proc: subprocess.Popen) -> None:
     """Terminate the step's whole process group (only the one this runner started), then kill what is left."""
     for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
         try:

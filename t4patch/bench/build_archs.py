@@ -1,0 +1,304 @@
+"""Build time of llama.cpp for sm_75 (the recipe) against llama.cpp's own default CUDA architecture list.
+
+Why it exists: the recipe sets ``CMAKE_CUDA_ARCHITECTURES=75`` because llama.cpp's non-native default list carries
+Turing only as ``75-virtual`` (PTX, JIT-compiled at the first run). This benchmark measures what that choice
+costs or saves in build time, and shows with the artifact check what each build ships for a T4.
+
+Both variants are planned by ``t4patch.build.plan`` from the same recipe, source and job count; the only
+difference is that the ``default`` variant's configure command leaves ``CMAKE_CUDA_ARCHITECTURES`` unset, so
+ggml-cuda's CMakeLists picks its default list (logged by CMake as ``Using CMAKE_CUDA_ARCHITECTURES=...``).
+
+A build of the default list can outlast one sitting (a CI job, a lent machine's 10-minute call), so the run is
+resumable: ``--time-limit`` stops the build at a deadline (ninja keeps every finished object) and the same
+command continues later. Two measures are reported per variant:
+
+* wall time: configure plus the wall time of every build sitting. A stopped sitting throws away the compiles in
+  flight, so a variant built in several sittings is reported as an upper bound;
+* compile time: the sum of ninja's per-edge durations from ``.ninja_log`` (finished edges only), which does not
+  depend on how the build was split. CUDA objects (``*.cu.o``) are also summed on their own.
+
+Run (repeat the same command until it prints the comparison; it exits 75 while a build is unfinished):
+
+    python -m t4patch.bench.build_archs --source LLAMA_CPP_DIR --work DIR [--jobs N] [--time-limit S] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from t4patch.build.plan import BuildPlan, plan_build
+from t4patch.errors import BuildError, T4PatchError, UsageError
+
+RECIPE = "llama.cpp"
+ARCH_FLAG = "-DCMAKE_CUDA_ARCHITECTURES="
+VARIANTS = ("sm75", "default")
+STATE = "bench-state.json"
+EXIT_UNFINISHED = 75  # sysexits EX_TEMPFAIL: stopped at --time-limit, run the same command again
+_CMAKE_ARCHS = re.compile(r"Using CMAKE_CUDA_ARCHITECTURES=(\S+)")
+
+
+@dataclass(frozen=True)
+class NinjaEdge:
+    start_ms: int
+    end_ms: int
+    output: str
+    command_hash: str
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ms - self.start_ms) / 1000.0
+
+
+def parse_ninja_log(path: Path) -> list[NinjaEdge]:
+    """The edges of a ``.ninja_log`` (v5 and later: start, end, mtime, output, command hash; tab-separated)."""
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    if not lines or not re.fullmatch(r"# ninja log v(\d+)", lines[0].strip()) or int(lines[0].split("v")[-1]) < 5:
+        raise T4PatchError(f"{path}: expected a ninja log v5 or later, found {lines[0][:40] if lines else 'an empty file'!r}",
+                           hint="delete the build directory and run the benchmark again")
+    edges = []
+    for line in lines[1:]:
+        fields = line.split("\t")
+        if len(fields) != 5:
+            continue
+        edges.append(NinjaEdge(int(fields[0]), int(fields[1]), fields[3], fields[4]))
+    return edges
+
+
+def edge_key(edge: NinjaEdge) -> str:
+    return f"{edge.output}\t{edge.command_hash}\t{edge.start_ms}\t{edge.end_ms}"
+
+
+def summarize_edges(edges: list[NinjaEdge]) -> dict[str, float | int]:
+    """Compile time of finished edges: all of them, and the CUDA objects alone."""
+    cuda = [e for e in edges if e.output.endswith(".cu.o")]
+    return {
+        "edges": len(edges),
+        "edge_seconds": round(sum(e.seconds for e in edges), 1),
+        "cuda_objects": len(cuda),
+        "cuda_edge_seconds": round(sum(e.seconds for e in cuda), 1),
+        "longest_edge_seconds": round(max((e.seconds for e in edges), default=0.0), 1),
+    }
+
+
+def default_list_plan(plan: BuildPlan) -> BuildPlan:
+    """The same plan with ``-DCMAKE_CUDA_ARCHITECTURES=...`` dropped from the configure step (exactly once)."""
+    steps = []
+    removed = 0
+    for step in plan.steps:
+        if step.name == "configure":
+            kept = tuple(a for a in step.argv if not a.startswith(ARCH_FLAG))
+            removed += len(step.argv) - len(kept)
+            step = dataclasses.replace(step, argv=kept)
+        steps.append(step)
+    if removed != 1:
+        raise T4PatchError(f"the {plan.recipe.name} recipe's configure step should set {ARCH_FLAG}... once; found it "
+                           f"{removed} times", hint="fix builders/llama.cpp.toml or this benchmark together")
+    return dataclasses.replace(plan, steps=tuple(steps))
+
+
+def variant_plan(variant: str, *, source: Path, work: Path, jobs: int, nvcc: str | None) -> BuildPlan:
+    from t4patch.build.recipe import load_recipe
+
+    plan = plan_build(load_recipe(RECIPE), arch="75", jobs=jobs, out=work / variant, source_dir=source, nvcc=nvcc)
+    return default_list_plan(plan) if variant == "default" else plan
+
+
+def load_state(path: Path) -> dict:
+    if path.exists():
+        return json.loads(path.read_text())
+    return {"configure_seconds": None, "sittings": [], "done": False, "cmake_architectures": None}
+
+
+def save_state(path: Path, state: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def run_until(argv: tuple[str, ...], cwd: Path, env: dict[str, str], log: Path, deadline: float) -> tuple[int | None, float]:
+    """Run one command with its output appended to ``log``; stop its process group at ``deadline``.
+
+    Returns (exit code or None when stopped, seconds)."""
+    from t4patch.build.runner import stop_process_group
+
+    started = time.monotonic()
+    with log.open("ab") as fh:
+        fh.write(f"\n### bench {time.strftime('%Y-%m-%d %H:%M:%S')} argv: {argv!r}\n".encode())
+        fh.flush()
+        proc = subprocess.Popen(list(argv), cwd=cwd, env={**os.environ, **env}, stdout=fh, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            return proc.wait(timeout=max(1.0, deadline - time.monotonic())), time.monotonic() - started
+        except subprocess.TimeoutExpired:
+            stop_process_group(proc)
+            return None, time.monotonic() - started
+        except BaseException:
+            stop_process_group(proc)
+            raise
+
+
+def advance(variant: str, plan: BuildPlan, deadline: float, say) -> dict:
+    """Configure (once) and build ``variant`` until done or ``deadline``; the state is saved after each sitting."""
+    plan.out.mkdir(parents=True, exist_ok=True)
+    state_path = plan.out / STATE
+    state = load_state(state_path)
+    if state["done"]:
+        return state
+    log = plan.out / "build.log"
+    configure, build = (next(s for s in plan.steps if s.name == n) for n in ("configure", "build"))
+    if state["configure_seconds"] is None:
+        say(f"{variant}: configure")
+        code, seconds = run_until(configure.argv, configure.cwd, configure.env, log, deadline)
+        if code != 0:
+            raise BuildError(f"{variant}: configure {'was stopped at the time limit' if code is None else f'failed (exit {code})'}; log: {log}",
+                               hint="read the log; a stopped configure is rerun from the start")
+        match = None
+        for match in _CMAKE_ARCHS.finditer(log.read_text(errors="replace")):
+            pass
+        state["configure_seconds"] = round(seconds, 1)
+        state["cmake_architectures"] = match.group(1) if match else None
+        save_state(state_path, state)
+    if time.monotonic() >= deadline:
+        return state
+    ninja_log = plan.build_dir / ".ninja_log"
+    before = {edge_key(e) for e in parse_ninja_log(ninja_log)}
+    say(f"{variant}: build (sitting {len(state['sittings']) + 1}, CMAKE_CUDA_ARCHITECTURES={state['cmake_architectures']})")
+    code, seconds = run_until(build.argv, build.cwd, build.env, log, deadline)
+    new = [e for e in parse_ninja_log(ninja_log) if edge_key(e) not in before]
+    state["sittings"].append({
+        "wall_seconds": round(seconds, 1),
+        "finished": code == 0,
+        "stopped_at_time_limit": code is None,
+        "last_edge_end_seconds": round(max((e.end_ms for e in new), default=0) / 1000.0, 1),
+        **summarize_edges(new),
+    })
+    if code not in (0, None):
+        save_state(state_path, state)
+        raise BuildError(f"{variant}: build failed (exit {code}); log: {log}", hint="read the log's last lines")
+    state["done"] = code == 0
+    save_state(state_path, state)
+    return state
+
+
+def variant_report(variant: str, plan: BuildPlan, state: dict) -> dict:
+    from t4patch.build.artifacts import check_file
+
+    edges = parse_ninja_log(plan.build_dir / ".ninja_log")
+    sittings = state["sittings"]
+    wall = (state["configure_seconds"] or 0.0) + sum(s["wall_seconds"] for s in sittings)
+    report = {
+        "variant": variant,
+        "cmake_architectures": state["cmake_architectures"],
+        "configure_argv": list(next(s for s in plan.steps if s.name == "configure").argv),
+        "sittings": len(sittings),
+        "wall_seconds": round(wall, 1),
+        "wall_is_upper_bound": len(sittings) > 1,
+        "busy_seconds": round((state["configure_seconds"] or 0.0) + sum(s["last_edge_end_seconds"] for s in sittings), 1),
+        **summarize_edges(edges),
+    }
+    library = plan.build_dir / "bin" / "libggml-cuda.so"
+    if library.exists():
+        result = check_file(library.resolve(), 75, cuobjdump=shutil.which("cuobjdump"), must_have_cuda=True)
+        s = result.summary
+        report["libggml_cuda"] = {
+            "file": str(result.path), "size": result.size, "sha256": result.sha256, "containers": s.containers,
+            "sass": sorted(s.sass), "ptx": sorted(s.ptx), "cuobjdump": result.cuobjdump,
+            "sm75_sass_in_every_container": not result.problems, "problems": list(result.problems),
+        }
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", type=Path, required=True, help="llama.cpp source tree")
+    parser.add_argument("--work", type=Path, required=True, help="directory for both builds and the resumable state")
+    parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--time-limit", type=float, default=None, metavar="S",
+                        help="stop building after S seconds (the next run resumes)")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="order to build them in (default: sm75,default)")
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    args = parser.parse_args(argv)
+
+    def say(message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    try:
+        return _run(args, say)
+    except T4PatchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _run(args: argparse.Namespace, say) -> int:
+    from t4patch.build.preflight import enforce, find_nvcc, run_preflight
+
+    variants = tuple(v.strip() for v in args.variants.split(","))
+    if sorted(variants) != sorted(VARIANTS):
+        raise UsageError(f"--variants {args.variants!r}: expected both of {', '.join(VARIANTS)} in some order",
+                         hint="python -m t4patch.bench.build_archs --variants sm75,default ...")
+    nvcc = find_nvcc()
+    work = args.work.resolve()
+    plans = {v: variant_plan(v, source=args.source, work=work, jobs=args.jobs, nvcc=nvcc) for v in variants}
+    checks = run_preflight(plans["sm75"])
+    for check in checks:
+        if not check.ok:
+            say(check.line())
+    enforce(checks, command="python -m t4patch.bench.build_archs " + " ".join(sys.argv[1:]))
+    deadline = time.monotonic() + (args.time_limit if args.time_limit is not None else float("inf"))
+    states = {}
+    for variant in variants:
+        states[variant] = advance(variant, plans[variant], deadline, say)
+        if not states[variant]["done"]:
+            say(f"{variant}: stopped at the time limit; run the same command again to continue")
+            return EXIT_UNFINISHED
+    reports = [variant_report(v, plans[v], states[v]) for v in VARIANTS]
+    base, other = reports
+    ratios = {key: round(other[key] / base[key], 2) if base[key] else None
+              for key in ("wall_seconds", "edge_seconds", "cuda_edge_seconds")}
+    doc = {"jobs": args.jobs, "source": str(args.source.resolve()), "variants": reports,
+           "ratio_default_over_sm75": ratios}
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(render(doc))
+    return 0
+
+
+def render(doc: dict) -> str:
+    from t4patch.output import table
+
+    rows = []
+    for r in doc["variants"]:
+        lib = r.get("libggml_cuda") or {}
+        rows.append((r["variant"], r["cmake_architectures"] or "?",
+                     f"{r['wall_seconds']:.0f}{'*' if r['wall_is_upper_bound'] else ''}",
+                     f"{r['edge_seconds']:.0f}", f"{r['cuda_edge_seconds']:.0f} ({r['cuda_objects']})",
+                     ", ".join(lib.get("sass", [])) or "-", ", ".join(lib.get("ptx", [])) or "-",
+                     "yes" if lib.get("sm75_sass_in_every_container") else "NO"))
+    lines = [f"llama.cpp build, {doc['jobs']} jobs, source {doc['source']}",
+             table(("variant", "CMAKE_CUDA_ARCHITECTURES", "wall s", "compile s", "CUDA compile s (objects)",
+                    "SASS", "PTX", "sm_75 SASS"), rows)]
+    if any(r["wall_is_upper_bound"] for r in doc["variants"]):
+        lines.append("* built in several sittings: wall time includes compiles thrown away at each stop (upper bound)")
+    ratios = doc["ratio_default_over_sm75"]
+    lines.append("default list / sm75: " + ", ".join(f"{k.replace('_seconds', '')} {v}x" for k, v in ratios.items()))
+    for r in doc["variants"]:
+        for problem in (r.get("libggml_cuda") or {}).get("problems", []):
+            lines.append(f"{r['variant']}: {problem}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

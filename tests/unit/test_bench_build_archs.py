@@ -1,0 +1,117 @@
+"""The sm_75-vs-default-list build benchmark: variant planning, ninja log accounting, resumable sittings."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from t4patch.bench import build_archs
+from t4patch.bench.build_archs import (
+    ARCH_FLAG,
+    advance,
+    default_list_plan,
+    parse_ninja_log,
+    summarize_edges,
+    variant_plan,
+    variant_report,
+)
+from t4patch.errors import BuildError, T4PatchError
+
+
+def test_default_variant_differs_only_by_the_arch_flag(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    sm75 = variant_plan("sm75", source=tmp_path / "src", work=tmp_path, jobs=16, nvcc="/opt/cuda/bin/nvcc")
+    default = variant_plan("default", source=tmp_path / "src", work=tmp_path, jobs=16, nvcc="/opt/cuda/bin/nvcc")
+    (c75, b75), (cdef, bdef) = sm75.steps, default.steps
+    assert f"{ARCH_FLAG}75" in c75.argv and not any(a.startswith(ARCH_FLAG) for a in cdef.argv)
+    assert [a for a in c75.argv if not a.startswith(ARCH_FLAG)] == [
+        a.replace(str(tmp_path / "default"), str(tmp_path / "sm75")) for a in cdef.argv]
+    assert b75.argv[-4:] == bdef.argv[-4:] and b75.argv[6] == bdef.argv[6] == "16"  # same targets, same jobs
+    assert "-DGGML_CUDA=ON" in cdef.argv and "-DGGML_NATIVE=OFF" in cdef.argv  # still a non-native CUDA build
+
+
+def test_default_list_plan_refuses_a_recipe_without_exactly_one_arch_flag(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    plan = variant_plan("default", source=tmp_path / "src", work=tmp_path, jobs=2, nvcc="nvcc")
+    with pytest.raises(T4PatchError, match="found it 0 times"):
+        default_list_plan(plan)  # the flag is already gone
+
+
+def test_parse_ninja_log(tmp_path: Path) -> None:
+    log = tmp_path / ".ninja_log"
+    log.write_text("# ninja log v6\n0\t1500\t0\tggml/a.cu.o\tdeadbeef\n100\t400\t0\tggml/b.c.o\tcafe\nbroken line\n")
+    edges = parse_ninja_log(log)
+    assert [(e.output, e.seconds) for e in edges] == [("ggml/a.cu.o", 1.5), ("ggml/b.c.o", 0.3)]
+    assert summarize_edges(edges) == {"edges": 2, "edge_seconds": 1.8, "cuda_objects": 1, "cuda_edge_seconds": 1.5,
+                                      "longest_edge_seconds": 1.5}
+    assert parse_ninja_log(tmp_path / "missing") == []
+    log.write_text("# ninja log v4\n")
+    with pytest.raises(T4PatchError, match="v5 or later"):
+        parse_ninja_log(log)
+
+
+FAKE_BUILD = textwrap.dedent("""\
+    # A stand-in for `cmake --build`: each run finishes one edge and appends it to .ninja_log; the first run then
+    # hangs (to be stopped at the deadline), the second one exits 0 with the build complete.
+    import os, sys, time
+    build = sys.argv[1]
+    log = os.path.join(build, ".ninja_log")
+    first = not os.path.exists(log)
+    with open(log, "a") as fh:
+        if first:
+            fh.write("# ninja log v7\\n0\\t2000\\t0\\tggml-cuda/mmq.cu.o\\t1\\n")
+        else:
+            fh.write("0\\t3000\\t0\\tggml-cuda/fattn.cu.o\\t2\\n10\\t500\\t0\\tcommon/arg.cpp.o\\t3\\n")
+    if first:
+        time.sleep(60)
+""")
+
+
+def fake_plan(tmp_path: Path) -> build_archs.BuildPlan:
+    (tmp_path / "src").mkdir(exist_ok=True)
+    plan = variant_plan("default", source=tmp_path / "src", work=tmp_path / "work", jobs=2, nvcc="nvcc")
+    script = tmp_path / "fake_build.py"
+    script.write_text(FAKE_BUILD)
+    plan.build_dir.mkdir(parents=True)
+    configure = dataclasses.replace(plan.steps[0], argv=(
+        sys.executable, "-c", "print('-- Using CMAKE_CUDA_ARCHITECTURES=75-virtual;80-virtual;86-real')"))
+    build = dataclasses.replace(plan.steps[1], argv=(sys.executable, str(script), str(plan.build_dir)))
+    return dataclasses.replace(plan, steps=(configure, build))
+
+
+def test_sittings_resume_and_add_up(tmp_path: Path) -> None:
+    plan = fake_plan(tmp_path)
+    said: list[str] = []
+    started = time.monotonic()
+    state = advance("default", plan, time.monotonic() + 3.0, said.append)
+    assert time.monotonic() - started < 30  # the hanging build was stopped at the deadline, not waited for
+    assert not state["done"] and state["cmake_architectures"] == "75-virtual;80-virtual;86-real"
+    assert state["sittings"][0]["stopped_at_time_limit"] and state["sittings"][0]["edges"] == 1
+
+    state = advance("default", plan, time.monotonic() + 30.0, said.append)  # configure is not rerun
+    assert state["done"] and len(state["sittings"]) == 2
+    assert state["sittings"][1] == {**state["sittings"][1], "finished": True, "edges": 2, "edge_seconds": 3.5,
+                                    "cuda_edge_seconds": 3.0, "last_edge_end_seconds": 3.0}
+    assert sum("configure" in s for s in said) == 1
+    assert advance("default", plan, time.monotonic() + 30.0, said.append) == state  # done: nothing runs
+
+    report = variant_report("default", plan, state)
+    assert report["edges"] == 3 and report["edge_seconds"] == 5.5 and report["cuda_edge_seconds"] == 5.0
+    assert report["sittings"] == 2 and report["wall_is_upper_bound"]
+    assert report["busy_seconds"] == pytest.approx(state["configure_seconds"] + 2.0 + 3.0, abs=0.11)
+    assert "libggml_cuda" not in report  # nothing was built
+
+
+def test_a_failing_build_is_a_build_error_and_keeps_the_sitting(tmp_path: Path) -> None:
+    plan = fake_plan(tmp_path)
+    failing = dataclasses.replace(plan.steps[1], argv=(sys.executable, "-c", "raise SystemExit(4)"))
+    plan = dataclasses.replace(plan, steps=(plan.steps[0], failing))
+    with pytest.raises(BuildError, match=r"build failed \(exit 4\)"):
+        advance("default", plan, time.monotonic() + 30.0, lambda _: None)
+    state = build_archs.load_state(plan.out / build_archs.STATE)
+    assert not state["done"] and len(state["sittings"]) == 1 and not state["sittings"][0]["finished"]
