@@ -20,6 +20,10 @@ command continues later. Two measures are reported per variant:
 Run (repeat the same command until it prints the comparison; it exits 75 while a build is unfinished):
 
     python -m t4patch.bench.build_archs --source LLAMA_CPP_DIR --work DIR [--jobs N] [--time-limit S] [--json]
+
+``--from-logs SM75_LOG DEFAULT_LOG...`` builds nothing and compares saved ``.ninja_log`` files object by object
+(how docs/verification's numbers are re-derived from the logs kept there), including default-list builds that
+were stopped early: the objects they did not finish are listed, and the total is then only an estimate.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -90,6 +95,60 @@ def summarize_edges(edges: list[NinjaEdge]) -> dict[str, float | int]:
         "cuda_edge_seconds": round(sum(e.seconds for e in cuda), 1),
         "longest_edge_seconds": round(max((e.seconds for e in edges), default=0.0), 1),
     }
+
+
+def object_family(output: str) -> str:
+    """The kind of CUDA translation unit, for the per-family ratios (template instances dominate the build)."""
+    name = output.rsplit("/", 1)[-1]
+    for family in ("fattn-mma", "fattn-tile", "fattn-vec", "mmq-instance", "mmf-instance"):
+        if name.startswith(family):
+            return family
+    return "other"
+
+
+def compare_objects(sm75: list[NinjaEdge], default: list[list[NinjaEdge]]) -> dict:
+    """Per-object compile times of CUDA objects finished in both variants.
+
+    ``default`` may hold several logs (sittings, or builds stopped early): an object finished in more than one
+    counts with its mean time. Objects the sm75 log has and no default log has are listed as missing with
+    their sm75 time, and the default build's total CUDA compile time is estimated from the common ratio; the
+    estimate is labelled as such and absent when nothing is missing."""
+    base = {e.output: e.seconds for e in sm75 if e.output.endswith(".cu.o")}
+    runs: dict[str, list[float]] = {}
+    for log in default:
+        for e in log:
+            if e.output.endswith(".cu.o"):
+                runs.setdefault(e.output, []).append(e.seconds)
+    other = {k: sum(v) / len(v) for k, v in runs.items()}
+    common = sorted(k for k in other if k in base)
+    missing = sorted(k for k in base if k not in other)
+    a, b = sum(base[k] for k in common), sum(other[k] for k in common)
+    per_object = sorted(other[k] / base[k] for k in common if base[k] > 0)
+    families: dict[str, list[float]] = {}
+    for k in common:
+        f = families.setdefault(object_family(k), [0, 0.0, 0.0])
+        f[0] += 1
+        f[1] += base[k]
+        f[2] += other[k]
+    doc: dict = {
+        "sm75_objects": len(base),
+        "common_objects": len(common),
+        "sm75_seconds": round(a, 1),
+        "default_seconds": round(b, 1),
+        "ratio": round(b / a, 2) if a else None,
+        "per_object_ratio": {"median": round(statistics.median(per_object), 2) if per_object else None,
+                             "min": round(per_object[0], 2) if per_object else None,
+                             "max": round(per_object[-1], 2) if per_object else None},
+        "families": {name: {"objects": n, "sm75_seconds": round(x, 1), "default_seconds": round(y, 1),
+                            "ratio": round(y / x, 2) if x else None}
+                     for name, (n, x, y) in sorted(families.items())},
+        "missing": {"objects": len(missing), "sm75_seconds": round(sum(base[k] for k in missing), 1),
+                    "families": {f: sum(1 for k in missing if object_family(k) == f)
+                                 for f in sorted({object_family(k) for k in missing})}},
+    }
+    if missing and a:
+        doc["estimated_default_cuda_seconds"] = round(b + sum(base[k] for k in missing) * b / a, 1)
+    return doc
 
 
 def default_list_plan(plan: BuildPlan) -> BuildPlan:
@@ -222,8 +281,11 @@ def variant_report(variant: str, plan: BuildPlan, state: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", type=Path, required=True, help="llama.cpp source tree")
-    parser.add_argument("--work", type=Path, required=True, help="directory for both builds and the resumable state")
+    parser.add_argument("--source", type=Path, help="llama.cpp source tree")
+    parser.add_argument("--work", type=Path, help="directory for both builds and the resumable state")
+    parser.add_argument("--from-logs", nargs="+", type=Path, metavar="LOG",
+                        help="build nothing: compare the CUDA objects of saved .ninja_log files, the sm75 build's "
+                             "first, then one or more default-list logs (finished or stopped)")
     parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--time-limit", type=float, default=None, metavar="S",
                         help="stop building after S seconds (the next run resumes)")
@@ -235,10 +297,47 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
     try:
+        if args.from_logs:
+            return _from_logs(args.from_logs, args.json)
+        if args.source is None or args.work is None:
+            raise UsageError("--source and --work are required (or --from-logs to compare saved logs)",
+                             hint="python -m t4patch.bench.build_archs --source LLAMA_CPP_DIR --work DIR")
         return _run(args, say)
     except T4PatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+
+
+def _from_logs(logs: list[Path], as_json: bool) -> int:
+    if len(logs) < 2:
+        raise UsageError("--from-logs needs the sm75 log and at least one default-list log",
+                         hint="python -m t4patch.bench.build_archs --from-logs sm75/.ninja_log default/.ninja_log")
+    for log in logs:
+        if not log.is_file():
+            raise UsageError(f"--from-logs {log}: expected a .ninja_log file, found nothing there",
+                             hint="pass the build directories' .ninja_log files")
+    doc = compare_objects(parse_ninja_log(logs[0]), [parse_ninja_log(p) for p in logs[1:]])
+    print(json.dumps(doc, indent=2) if as_json else render_objects(doc))
+    return 0
+
+
+def render_objects(doc: dict) -> str:
+    from t4patch.output import table
+
+    rows = [(name, str(f["objects"]), f"{f['sm75_seconds']:.0f}", f"{f['default_seconds']:.0f}", f"{f['ratio']}x")
+            for name, f in doc["families"].items()]
+    rows.append(("all common", str(doc["common_objects"]), f"{doc['sm75_seconds']:.0f}", f"{doc['default_seconds']:.0f}",
+                 f"{doc['ratio']}x"))
+    p = doc["per_object_ratio"]
+    lines = [table(("CUDA objects", "n", "sm75 s", "default s", "default/sm75"), rows),
+             f"per object: median {p['median']}x, min {p['min']}x, max {p['max']}x"]
+    m = doc["missing"]
+    if m["objects"]:
+        lines.append(f"not finished in any default log: {m['objects']} of {doc['sm75_objects']} objects "
+                     f"({', '.join(f'{k} {v}' for k, v in m['families'].items())}; {m['sm75_seconds']:.0f} s in the "
+                     f"sm75 build); ESTIMATED default CUDA compile time at the common ratio: "
+                     f"{doc['estimated_default_cuda_seconds']:.0f} s")
+    return "\n".join(lines)
 
 
 def _run(args: argparse.Namespace, say) -> int:
@@ -267,8 +366,10 @@ def _run(args: argparse.Namespace, say) -> int:
     base, other = reports
     ratios = {key: round(other[key] / base[key], 2) if base[key] else None
               for key in ("wall_seconds", "edge_seconds", "cuda_edge_seconds")}
+    objects = compare_objects(parse_ninja_log(plans["sm75"].build_dir / ".ninja_log"),
+                              [parse_ninja_log(plans["default"].build_dir / ".ninja_log")])
     doc = {"jobs": args.jobs, "source": str(args.source.resolve()), "variants": reports,
-           "ratio_default_over_sm75": ratios}
+           "ratio_default_over_sm75": ratios, "cuda_objects": objects}
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -294,6 +395,7 @@ def render(doc: dict) -> str:
         lines.append("* built in several sittings: wall time includes compiles thrown away at each stop (upper bound)")
     ratios = doc["ratio_default_over_sm75"]
     lines.append("default list / sm75: " + ", ".join(f"{k.replace('_seconds', '')} {v}x" for k, v in ratios.items()))
+    lines.append(render_objects(doc["cuda_objects"]))
     for r in doc["variants"]:
         for problem in (r.get("libggml_cuda") or {}).get("problems", []):
             lines.append(f"{r['variant']}: {problem}")

@@ -115,3 +115,39 @@ def test_a_failing_build_is_a_build_error_and_keeps_the_sitting(tmp_path: Path) 
         advance("default", plan, time.monotonic() + 30.0, lambda _: None)
     state = build_archs.load_state(plan.out / build_archs.STATE)
     assert not state["done"] and len(state["sittings"]) == 1 and not state["sittings"][0]["finished"]
+
+
+def write_log(path: Path, rows: list[tuple[int, int, str]]) -> Path:
+    path.write_text("# ninja log v7\n" + "".join(f"{a}\t{b}\t0\t{o}\t{i:x}\n" for i, (a, b, o) in enumerate(rows)))
+    return path
+
+
+def test_compare_objects_across_stopped_default_logs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = "ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/"
+    sm75 = write_log(tmp_path / "sm75", [(0, 10_000, d + "template-instances/mmq-instance-q4_0.cu.o"),
+                                         (0, 4_000, d + "template-instances/fattn-tile-instance-dkq64-dv64.cu.o"),
+                                         (0, 2_000, d + "binbcast.cu.o"),
+                                         (0, 9_000, "common/arg.cpp.o")])  # host objects are not compared
+    first = write_log(tmp_path / "a", [(0, 20_000, d + "template-instances/fattn-tile-instance-dkq64-dv64.cu.o"),
+                                       (0, 5_000, d + "binbcast.cu.o")])
+    second = write_log(tmp_path / "b", [(0, 12_000, d + "binbcast.cu.o")])  # finished twice: mean 8.5 s
+    doc = build_archs.compare_objects(parse_ninja_log(sm75), [parse_ninja_log(first), parse_ninja_log(second)])
+    assert doc["sm75_objects"] == 3 and doc["common_objects"] == 2
+    assert (doc["sm75_seconds"], doc["default_seconds"], doc["ratio"]) == (6.0, 28.5, 4.75)
+    assert doc["per_object_ratio"] == {"median": 4.62, "min": 4.25, "max": 5.0}
+    assert doc["families"]["fattn-tile"] == {"objects": 1, "sm75_seconds": 4.0, "default_seconds": 20.0, "ratio": 5.0}
+    assert doc["missing"] == {"objects": 1, "sm75_seconds": 10.0, "families": {"mmq-instance": 1}}
+    assert doc["estimated_default_cuda_seconds"] == 28.5 + 10.0 * 4.75
+
+    assert build_archs.main(["--from-logs", str(sm75), str(first), str(second)]) == 0
+    out = capsys.readouterr().out
+    assert "all common" in out and "ESTIMATED default CUDA compile time" in out and "mmq-instance 1" in out
+
+
+def test_from_logs_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = write_log(tmp_path / "sm75", [])
+    assert build_archs.main(["--from-logs", str(log)]) == 2
+    assert build_archs.main(["--from-logs", str(log), str(tmp_path / "nope")]) == 2
+    assert build_archs.main([]) == 2  # neither --source/--work nor --from-logs
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and all(line.startswith("error: ") for line in err)
