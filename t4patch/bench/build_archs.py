@@ -213,10 +213,18 @@ def advance(variant: str, plan: BuildPlan, deadline: float, say) -> dict:
     plan.out.mkdir(parents=True, exist_ok=True)
     state_path = plan.out / STATE
     state = load_state(state_path)
+    configure, build = (next(s for s in plan.steps if s.name == n) for n in ("configure", "build"))
+    # Sittings only add up when they continue the same build: same source, flags, targets and job count.
+    settings = {"configure": list(configure.argv), "build": list(build.argv), "env": dict(sorted(configure.env.items()))}
+    if state.setdefault("settings", settings) != settings:
+        differ = ", ".join(f"{k} step" if k != "env" else "environment" for k in settings
+                           if state["settings"].get(k) != settings[k])
+        raise UsageError(f"{plan.out} holds a {variant} build made with other settings (the {differ} differ: source, "
+                         "flags or --jobs changed); its sittings cannot be added to this one",
+                         hint=f"use another --work directory, or delete {plan.out}")
     if state["done"]:
         return state
     log = plan.out / "build.log"
-    configure, build = (next(s for s in plan.steps if s.name == n) for n in ("configure", "build"))
     if state["configure_seconds"] is None:
         say(f"{variant}: configure")
         code, seconds = run_until(configure.argv, configure.cwd, configure.env, log, deadline)

@@ -151,3 +151,14 @@ def test_from_logs_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert build_archs.main([]) == 2  # neither --source/--work nor --from-logs
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3 and all(line.startswith("error: ") for line in err)
+
+
+def test_a_resumed_build_must_have_the_same_settings(tmp_path: Path) -> None:
+    plan = fake_plan(tmp_path)
+    advance("default", plan, time.monotonic() + 3.0, lambda _: None)  # first sitting, stopped
+    other_jobs = dataclasses.replace(plan.steps[1], argv=plan.steps[1].argv + ("--jobs-changed",))
+    changed = dataclasses.replace(plan, steps=(plan.steps[0], other_jobs))
+    before = (plan.out / build_archs.STATE).read_text()
+    with pytest.raises(build_archs.UsageError, match="other settings"):
+        advance("default", changed, time.monotonic() + 30.0, lambda _: None)
+    assert (plan.out / build_archs.STATE).read_text() == before  # nothing recorded for the refused run
