@@ -162,3 +162,21 @@ def test_a_resumed_build_must_have_the_same_settings(tmp_path: Path) -> None:
     with pytest.raises(build_archs.UsageError, match="other settings"):
         advance("default", changed, time.monotonic() + 30.0, lambda _: None)
     assert (plan.out / build_archs.STATE).read_text() == before  # nothing recorded for the refused run
+
+
+RECORD = Path(__file__).resolve().parents[2] / "docs" / "verification" / "build-llama-cpp-archs-2026-11-29"
+
+
+def test_recorded_numbers_follow_from_the_kept_ninja_logs() -> None:
+    """docs/verification/build-llama-cpp-archs-2026-11-29.md quotes these; the logs it keeps must give them."""
+    logs = {p.name: parse_ninja_log(p) for p in RECORD.glob("*.ninja_log")}
+    device = build_archs.compare_objects(logs["sm75.ninja_log"], [logs[f"default-sitting-{x}.ninja_log"] for x in "abc"])
+    assert (device["sm75_objects"], device["common_objects"], device["ratio"]) == (144, 97, 5.1)
+    assert (round(device["sm75_seconds"]), round(device["default_seconds"])) == (1420, 7241)
+    assert device["per_object_ratio"]["median"] == 4.03
+    assert device["missing"] == {"objects": 47, "sm75_seconds": 1482.8,
+                                 "families": {"fattn-mma": 5, "fattn-vec": 4, "mmf-instance": 16, "mmq-instance": 22}}
+    devbox = build_archs.compare_objects(logs["devbox-sm75-47.ninja_log"], [logs["devbox-default-47.ninja_log"]])
+    assert (devbox["common_objects"], devbox["ratio"], round(devbox["default_seconds"])) == (47, 4.6, 5290)
+    whole = summarize_edges(logs["sm75.ninja_log"])
+    assert (whole["edges"], round(whole["edge_seconds"]), whole["cuda_objects"]) == (380, 3594, 144)
