@@ -71,13 +71,18 @@ def parse_ninja_log(path: Path) -> list[NinjaEdge]:
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     if not lines or not re.fullmatch(r"# ninja log v(\d+)", lines[0].strip()) or int(lines[0].split("v")[-1]) < 5:
         raise T4PatchError(f"{path}: expected a ninja log v5 or later, found {lines[0][:40] if lines else 'an empty file'!r}",
-                           hint="delete the build directory and run the benchmark again")
+                           hint="pass a .ninja_log written by ninja 1.10 or newer (or delete that build directory)")
     edges = []
-    for line in lines[1:]:
+    for number, line in enumerate(lines[1:], 2):
         fields = line.split("\t")
         if len(fields) != 5:
-            continue
-        edges.append(NinjaEdge(int(fields[0]), int(fields[1]), fields[3], fields[4]))
+            continue  # a line cut short when ninja was killed mid-write
+        try:
+            edges.append(NinjaEdge(int(fields[0]), int(fields[1]), fields[3], fields[4]))
+        except ValueError:
+            raise T4PatchError(f"{path}:{number}: expected integer start and end times, found "
+                               f"{fields[0][:20]!r} and {fields[1][:20]!r}",
+                               hint="the file is damaged or not a ninja log; pass the build directory's .ninja_log") from None
     return edges
 
 
@@ -106,13 +111,15 @@ def object_family(output: str) -> str:
     return "other"
 
 
-def compare_objects(sm75: list[NinjaEdge], default: list[list[NinjaEdge]]) -> dict:
+def compare_objects(sm75: list[NinjaEdge], default: list[list[NinjaEdge]], *,
+                    missing_ratio: float | None = None) -> dict:
     """Per-object compile times of CUDA objects finished in both variants.
 
     ``default`` may hold several logs (sittings, or builds stopped early): an object finished in more than one
     counts with its mean time. Objects the sm75 log has and no default log has are listed as missing with
-    their sm75 time, and the default build's total CUDA compile time is estimated from the common ratio; the
-    estimate is labelled as such and absent when nothing is missing."""
+    their sm75 time, and the default build's total CUDA compile time is estimated: the missing objects' sm75
+    time times ``missing_ratio`` (a ratio measured for them elsewhere) or, without it, times the common ratio.
+    The estimate is None when nothing is missing or there is nothing to scale by."""
     base = {e.output: e.seconds for e in sm75 if e.output.endswith(".cu.o")}
     runs: dict[str, list[float]] = {}
     for log in default:
@@ -146,8 +153,14 @@ def compare_objects(sm75: list[NinjaEdge], default: list[list[NinjaEdge]]) -> di
                     "families": {f: sum(1 for k in missing if object_family(k) == f)
                                  for f in sorted({object_family(k) for k in missing})}},
     }
-    if missing and a:
-        doc["estimated_default_cuda_seconds"] = round(b + sum(base[k] for k in missing) * b / a, 1)
+    scale = missing_ratio if missing_ratio is not None else (b / a if a else None)
+    doc["estimate"] = None
+    if missing and scale is not None:
+        total = b + sum(base[k] for k in missing) * scale
+        doc["estimate"] = {"missing_ratio": round(scale, 2),
+                           "ratio_source": "given (--missing-ratio)" if missing_ratio is not None else "common objects",
+                           "default_cuda_seconds": round(total, 1),
+                           "ratio_all_cuda": round(total / sum(base.values()), 2)}
     return doc
 
 
@@ -189,7 +202,8 @@ def save_state(path: Path, state: dict) -> None:
 def run_until(argv: tuple[str, ...], cwd: Path, env: dict[str, str], log: Path, deadline: float) -> tuple[int | None, float]:
     """Run one command with its output appended to ``log``; stop its process group at ``deadline``.
 
-    Returns (exit code or None when stopped, seconds)."""
+    Returns (exit code or None when stopped, seconds). For a stopped command the seconds end at the deadline,
+    not after the stop, so that a stopped sitting's time is the time the build really had."""
     from t4patch.build.runner import stop_process_group
 
     started = time.monotonic()
@@ -201,8 +215,9 @@ def run_until(argv: tuple[str, ...], cwd: Path, env: dict[str, str], log: Path, 
         try:
             return proc.wait(timeout=max(1.0, deadline - time.monotonic())), time.monotonic() - started
         except subprocess.TimeoutExpired:
+            stopped_at = time.monotonic() - started
             stop_process_group(proc)
-            return None, time.monotonic() - started
+            return None, stopped_at
         except BaseException:
             stop_process_group(proc)
             raise
@@ -216,6 +231,10 @@ def advance(variant: str, plan: BuildPlan, deadline: float, say) -> dict:
     configure, build = (next(s for s in plan.steps if s.name == n) for n in ("configure", "build"))
     # Sittings only add up when they continue the same build: same source, flags, targets and job count.
     settings = {"configure": list(configure.argv), "build": list(build.argv), "env": dict(sorted(configure.env.items()))}
+    if state["sittings"] and "settings" not in state:
+        raise UsageError(f"{state_path} records sittings but not the settings they were built with (an older "
+                         "t4patch wrote it); they cannot be checked against this run",
+                         hint=f"use another --work directory, or delete {plan.out}")
     if state.setdefault("settings", settings) != settings:
         differ = ", ".join(f"{k} step" if k != "env" else "environment" for k in settings
                            if state["settings"].get(k) != settings[k])
@@ -226,11 +245,15 @@ def advance(variant: str, plan: BuildPlan, deadline: float, say) -> dict:
         return state
     log = plan.out / "build.log"
     if state["configure_seconds"] is None:
+        if time.monotonic() >= deadline:
+            return state  # no time left: the next run configures
         say(f"{variant}: configure")
         code, seconds = run_until(configure.argv, configure.cwd, configure.env, log, deadline)
+        if code is None:
+            return state  # stopped at the time limit: the next run configures again from the start
         if code != 0:
-            raise BuildError(f"{variant}: configure {'was stopped at the time limit' if code is None else f'failed (exit {code})'}; log: {log}",
-                               hint="read the log; a stopped configure is rerun from the start")
+            raise BuildError(f"{variant}: configure failed (exit {code}); log: {log}",
+                             hint="read the log's last lines, fix the cause, then run the same command again")
         match = None
         for match in _CMAKE_ARCHS.finditer(log.read_text(errors="replace")):
             pass
@@ -294,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-logs", nargs="+", type=Path, metavar="LOG",
                         help="build nothing: compare the CUDA objects of saved .ninja_log files, the sm75 build's "
                              "first, then one or more default-list logs (finished or stopped)")
+    parser.add_argument("--missing-ratio", type=float, metavar="R",
+                        help="with --from-logs: estimate the objects no default log finished at R times their sm75 "
+                             "time (a ratio measured for them elsewhere) instead of the common objects' ratio")
     parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--time-limit", type=float, default=None, metavar="S",
                         help="stop building after S seconds (the next run resumes)")
@@ -306,7 +332,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.from_logs:
-            return _from_logs(args.from_logs, args.json)
+            return _from_logs(args.from_logs, args.json, args.missing_ratio)
+        if args.missing_ratio is not None:
+            raise UsageError("--missing-ratio only applies to --from-logs", hint="python -m t4patch.bench.build_archs "
+                             "--from-logs SM75_LOG DEFAULT_LOG --missing-ratio R")
         if args.source is None or args.work is None:
             raise UsageError("--source and --work are required (or --from-logs to compare saved logs)",
                              hint="python -m t4patch.bench.build_archs --source LLAMA_CPP_DIR --work DIR")
@@ -316,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
 
 
-def _from_logs(logs: list[Path], as_json: bool) -> int:
+def _from_logs(logs: list[Path], as_json: bool, missing_ratio: float | None) -> int:
     if len(logs) < 2:
         raise UsageError("--from-logs needs the sm75 log and at least one default-list log",
                          hint="python -m t4patch.bench.build_archs --from-logs sm75/.ninja_log default/.ninja_log")
@@ -324,7 +353,11 @@ def _from_logs(logs: list[Path], as_json: bool) -> int:
         if not log.is_file():
             raise UsageError(f"--from-logs {log}: expected a .ninja_log file, found nothing there",
                              hint="pass the build directories' .ninja_log files")
-    doc = compare_objects(parse_ninja_log(logs[0]), [parse_ninja_log(p) for p in logs[1:]])
+    if missing_ratio is not None and missing_ratio <= 0:
+        raise UsageError(f"--missing-ratio {missing_ratio}: expected a positive ratio such as 4.6",
+                         hint="python -m t4patch.bench.build_archs --from-logs ... --missing-ratio 4.6")
+    doc = compare_objects(parse_ninja_log(logs[0]), [parse_ninja_log(p) for p in logs[1:]],
+                          missing_ratio=missing_ratio)
     print(json.dumps(doc, indent=2) if as_json else render_objects(doc))
     return 0
 
@@ -336,15 +369,21 @@ def render_objects(doc: dict) -> str:
             for name, f in doc["families"].items()]
     rows.append(("all common", str(doc["common_objects"]), f"{doc['sm75_seconds']:.0f}", f"{doc['default_seconds']:.0f}",
                  f"{doc['ratio']}x"))
+    if not doc["common_objects"]:
+        return (f"no CUDA object finished in both: the sm75 log has {doc['sm75_objects']}, the default log(s) "
+                "none of them; nothing to compare")
     p = doc["per_object_ratio"]
     lines = [table(("CUDA objects", "n", "sm75 s", "default s", "default/sm75"), rows),
              f"per object: median {p['median']}x, min {p['min']}x, max {p['max']}x"]
-    m = doc["missing"]
+    m, e = doc["missing"], doc["estimate"]
     if m["objects"]:
         lines.append(f"not finished in any default log: {m['objects']} of {doc['sm75_objects']} objects "
                      f"({', '.join(f'{k} {v}' for k, v in m['families'].items())}; {m['sm75_seconds']:.0f} s in the "
-                     f"sm75 build); ESTIMATED default CUDA compile time at the common ratio: "
-                     f"{doc['estimated_default_cuda_seconds']:.0f} s")
+                     "sm75 build)")
+        if e is not None:
+            lines.append(f"ESTIMATED default CUDA compile time, missing objects at {e['missing_ratio']}x "
+                         f"({e['ratio_source']}): {e['default_cuda_seconds']:.0f} s, {e['ratio_all_cuda']}x the sm75 "
+                         "build's CUDA compile time")
     return "\n".join(lines)
 
 
@@ -402,7 +441,9 @@ def render(doc: dict) -> str:
     if any(r["wall_is_upper_bound"] for r in doc["variants"]):
         lines.append("* built in several sittings: wall time includes compiles thrown away at each stop (upper bound)")
     ratios = doc["ratio_default_over_sm75"]
-    lines.append("default list / sm75: " + ", ".join(f"{k.replace('_seconds', '')} {v}x" for k, v in ratios.items()))
+    upper = " (an upper bound: built in several sittings)" if any(r["wall_is_upper_bound"] for r in doc["variants"]) else ""
+    lines.append("default list / sm75: " + ", ".join(f"{k.replace('_seconds', '')} {v}x" for k, v in ratios.items())
+                 + upper)
     lines.append(render_objects(doc["cuda_objects"]))
     for r in doc["variants"]:
         for problem in (r.get("libggml_cuda") or {}).get("problems", []):

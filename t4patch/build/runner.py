@@ -216,17 +216,68 @@ def run_step(step: PlannedStep, log: Path, printer: StatusPrinter, *, index: int
 
 
 def stop_process_group(proc: subprocess.Popen) -> None:
-    """Terminate the step's whole process group (only the one this runner started), then kill what is left."""
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
+    """Stop a step and everything it started: SIGTERM, then SIGKILL to what is left after 5 s.
+
+    The step runs in its own process group, but ninja starts every compile in a process group of its own,
+    so a signal to the step's group alone reaches cmake and ninja, not nvcc/cicc. The groups of all
+    descendants (read from /proc before anything is signalled) are therefore signalled too; only processes
+    this step started are touched."""
+    groups = [proc.pid] + [g for g in _descendant_groups(proc.pid) if g != proc.pid]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [g for g in groups if _signal_group(g, sig)]
+        deadline = time.monotonic() + 5.0
+        while alive and time.monotonic() < deadline:
+            proc.poll()  # reap the leader, or its zombie keeps its group "alive"
+            alive = [g for g in alive if _signal_group(g, 0)]
+            if alive:
+                time.sleep(0.05)
+        if not alive:
             break
-        try:
-            proc.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _signal_group(group: int, sig: int) -> bool:
+    """Send ``sig`` to a process group; False when the group no longer exists (or is not ours to signal)."""
+    try:
+        os.killpg(group, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _descendant_groups(pid: int) -> list[int]:
+    """Process groups of every descendant of ``pid`` (Linux /proc; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    groups: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
             continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so split after the last ")".
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) < 3:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        groups[int(entry)] = int(fields[2])
+    found: list[int] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        if groups.get(child) is not None and groups[child] not in found:
+            found.append(groups[child])
+        todo.extend(children.get(child, []))
+    return found
 
 
 def _consume(pending: bytes, step: PlannedStep, started: float, printer: StatusPrinter, tail: deque[str]) -> bytes:

@@ -137,7 +137,11 @@ def test_compare_objects_across_stopped_default_logs(tmp_path: Path, capsys: pyt
     assert doc["per_object_ratio"] == {"median": 4.62, "min": 4.25, "max": 5.0}
     assert doc["families"]["fattn-tile"] == {"objects": 1, "sm75_seconds": 4.0, "default_seconds": 20.0, "ratio": 5.0}
     assert doc["missing"] == {"objects": 1, "sm75_seconds": 10.0, "families": {"mmq-instance": 1}}
-    assert doc["estimated_default_cuda_seconds"] == 28.5 + 10.0 * 4.75
+    assert doc["estimate"] == {"missing_ratio": 4.75, "ratio_source": "common objects",
+                               "default_cuda_seconds": 28.5 + 10.0 * 4.75, "ratio_all_cuda": round(76.0 / 16.0, 2)}
+    given = build_archs.compare_objects(parse_ninja_log(sm75), [parse_ninja_log(first)], missing_ratio=2.0)
+    assert given["estimate"]["default_cuda_seconds"] == 20.0 + 5.0 + 10.0 * 2.0
+    assert given["estimate"]["ratio_source"] == "given (--missing-ratio)"
 
     assert build_archs.main(["--from-logs", str(sm75), str(first), str(second)]) == 0
     out = capsys.readouterr().out
@@ -149,8 +153,46 @@ def test_from_logs_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert build_archs.main(["--from-logs", str(log)]) == 2
     assert build_archs.main(["--from-logs", str(log), str(tmp_path / "nope")]) == 2
     assert build_archs.main([]) == 2  # neither --source/--work nor --from-logs
+    assert build_archs.main(["--from-logs", str(log), str(log), "--missing-ratio", "0"]) == 2
+    assert build_archs.main(["--source", ".", "--work", ".", "--missing-ratio", "4"]) == 2
+    damaged = tmp_path / "damaged"
+    damaged.write_text("# ninja log v5\n12\tabc\t0\tx.cu.o\tff\n")
+    assert build_archs.main(["--from-logs", str(log), str(damaged)]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 3 and all(line.startswith("error: ") for line in err)
+    assert len(err) == 6 and all(line.startswith("error: ") for line in err)
+    assert "damaged:2: expected integer start and end times" in err[-1]
+
+
+def test_from_logs_with_no_common_object_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An early-stopped default sitting may hold host objects only: no traceback, a plain statement."""
+    sm75 = write_log(tmp_path / "sm75", [(0, 1000, "ggml-cuda.dir/a.cu.o")])
+    host_only = write_log(tmp_path / "default", [(0, 1000, "common/arg.cpp.o")])
+    assert build_archs.main(["--from-logs", str(sm75), str(host_only)]) == 0
+    assert "no CUDA object finished in both" in capsys.readouterr().out
+
+
+def test_no_time_left_or_a_stopped_configure_leaves_the_variant_unfinished(tmp_path: Path) -> None:
+    plan = fake_plan(tmp_path)
+    said: list[str] = []
+    state = advance("default", plan, time.monotonic() - 1.0, said.append)  # deadline already passed
+    assert state["configure_seconds"] is None and not state["sittings"] and not said
+    slow = dataclasses.replace(plan.steps[0], argv=(sys.executable, "-c", "import time; time.sleep(60)"))
+    stopped = dataclasses.replace(plan, steps=(slow, plan.steps[1]))
+    state = advance("default", stopped, time.monotonic() + 1.5, said.append)
+    assert state["configure_seconds"] is None and not state["done"]  # not an error: the next run configures
+    state = advance("default", plan, time.monotonic() + 3.0, said.append)
+    assert state["configure_seconds"] is not None and state["sittings"][0]["stopped_at_time_limit"]
+    assert state["sittings"][0]["wall_seconds"] <= 3.5  # counted up to the deadline, not through the stop
+
+
+def test_sittings_written_without_settings_are_refused(tmp_path: Path) -> None:
+    plan = fake_plan(tmp_path)
+    plan.out.mkdir(parents=True, exist_ok=True)
+    build_archs.save_state(plan.out / build_archs.STATE, {"configure_seconds": 1.0, "done": False,
+                                                          "cmake_architectures": None,
+                                                          "sittings": [{"wall_seconds": 5.0}]})
+    with pytest.raises(build_archs.UsageError, match="not the settings they were built with"):
+        advance("default", plan, time.monotonic() + 30.0, lambda _: None)
 
 
 def test_a_resumed_build_must_have_the_same_settings(tmp_path: Path) -> None:
@@ -159,8 +201,13 @@ def test_a_resumed_build_must_have_the_same_settings(tmp_path: Path) -> None:
     other_jobs = dataclasses.replace(plan.steps[1], argv=plan.steps[1].argv + ("--jobs-changed",))
     changed = dataclasses.replace(plan, steps=(plan.steps[0], other_jobs))
     before = (plan.out / build_archs.STATE).read_text()
-    with pytest.raises(build_archs.UsageError, match="other settings"):
+    with pytest.raises(build_archs.UsageError, match="the build step differ"):
         advance("default", changed, time.monotonic() + 30.0, lambda _: None)
+    other_flags = dataclasses.replace(plan.steps[0], argv=plan.steps[0].argv + ("-DGGML_CUDA_F16=ON",),
+                                      env={"CUDAToolkit_ROOT": "/elsewhere"})
+    with pytest.raises(build_archs.UsageError, match="the configure step, environment differ"):
+        advance("default", dataclasses.replace(plan, steps=(other_flags, plan.steps[1])), time.monotonic() + 30.0,
+                lambda _: None)
     assert (plan.out / build_archs.STATE).read_text() == before  # nothing recorded for the refused run
 
 
@@ -176,7 +223,18 @@ def test_recorded_numbers_follow_from_the_kept_ninja_logs() -> None:
     assert device["per_object_ratio"]["median"] == 4.03
     assert device["missing"] == {"objects": 47, "sm75_seconds": 1482.8,
                                  "families": {"fattn-mma": 5, "fattn-vec": 4, "mmf-instance": 16, "mmq-instance": 22}}
+    assert {k: (f["objects"], round(f["sm75_seconds"]), round(f["default_seconds"]), f["ratio"])
+            for k, f in device["families"].items()} == {"fattn-mma": (16, 506, 2851, 5.64),
+                                                        "fattn-tile": (13, 344, 2013, 5.85),
+                                                        "other": (68, 570, 2376, 4.17)}
     devbox = build_archs.compare_objects(logs["devbox-sm75-47.ninja_log"], [logs["devbox-default-47.ninja_log"]])
     assert (devbox["common_objects"], devbox["ratio"], round(devbox["default_seconds"])) == (47, 4.6, 5290)
+    assert round(devbox["sm75_seconds"]) == 1150 and devbox["missing"]["objects"] == 0
+    # The record's estimate: the 47 at the ratio measured for them on the 2-core box.
+    combined = build_archs.compare_objects(logs["sm75.ninja_log"],
+                                           [logs[f"default-sitting-{x}.ninja_log"] for x in "abc"],
+                                           missing_ratio=devbox["ratio"])
+    assert round(combined["estimate"]["default_cuda_seconds"]) == 14062
+    assert combined["estimate"]["ratio_all_cuda"] == 4.84
     whole = summarize_edges(logs["sm75.ninja_log"])
     assert (whole["edges"], round(whole["edge_seconds"]), whole["cuda_objects"]) == (380, 3594, 144)

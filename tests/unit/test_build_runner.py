@@ -305,3 +305,38 @@ def test_interrupt_stops_the_whole_process_group_and_records_it(tmp_path: Path) 
     record = json.loads(plan.record_path.read_text())
     assert record["status"] == "interrupted"
     assert "interrupted after" in plan.log_path.read_text()
+
+
+def test_stop_reaches_children_in_their_own_process_groups(tmp_path: Path) -> None:
+    """ninja starts each compile in a process group of its own: stopping the step must stop those too."""
+    import os
+    import subprocess
+    import time as _time
+
+    from t4patch.build.runner import stop_process_group
+
+    pidfile = tmp_path / "child.pid"
+    # The child ignores SIGTERM, like a compiler stuck in I/O would not exit at once: only SIGKILL ends it.
+    child = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    script = (f"import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', {child!r}], "
+              f"start_new_session=True); open({str(pidfile)!r}, 'w').write(str(c.pid)); time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    for _ in range(200):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        _time.sleep(0.05)
+    grandchild = int(pidfile.read_text())
+    assert os.getpgid(grandchild) not in (proc.pid, os.getpgid(0))  # really in a group of its own
+    started = _time.monotonic()
+    stop_process_group(proc)
+    assert proc.returncode is not None and _time.monotonic() - started < 20
+    for _ in range(100):  # it is re-parented and reaped by init; wait for that
+        try:
+            with open(f"/proc/{grandchild}/stat") as fh:
+                if fh.read().split(")")[-1].split()[0] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        _time.sleep(0.05)
+    else:
+        pytest.fail(f"process {grandchild} (own process group) survived stop_process_group")
