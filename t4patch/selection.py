@@ -48,7 +48,7 @@ def select(spec: str, target: TargetEnvironment) -> Selection:
     if dist is None:
         raise NotInstalledError(
             f"{name} is not installed in {target.description}",
-            hint=f"install it there first, or point t4patch at the serving environment with --python EXE",
+            hint="install it there first, or point t4patch at the serving environment with --python EXE",
         )
     if req.specifier and not req.specifier.contains(dist.version, prereleases=True):
         raise UnsupportedVersionError(

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from t4patch import __version__
 from t4patch.environment import InstalledDistribution
+from t4patch.jsonfile import write_json_atomic
 from t4patch.manifest import PatchSet
 
 RECORD_NAME = "t4patch.json"
@@ -41,10 +41,7 @@ def write_record(patch_set: PatchSet, dist: InstalledDistribution) -> None:
             for t in patch_set.targets
         ],
     }
-    path = dist.dist_info / RECORD_NAME
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_json_atomic(dist.dist_info / RECORD_NAME, doc)
 
 
 def read_record(dist: InstalledDistribution) -> StateRecord | None:

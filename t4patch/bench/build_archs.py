@@ -43,6 +43,7 @@ from pathlib import Path
 
 from t4patch.build.plan import BuildPlan, plan_build
 from t4patch.errors import BuildError, T4PatchError, UsageError
+from t4patch.jsonfile import write_json_atomic
 
 RECIPE = "llama.cpp"
 ARCH_FLAG = "-DCMAKE_CUDA_ARCHITECTURES="
@@ -194,9 +195,7 @@ def load_state(path: Path) -> dict:
 
 
 def save_state(path: Path, state: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_json_atomic(path, state)
 
 
 def run_until(argv: tuple[str, ...], cwd: Path, env: dict[str, str], log: Path, deadline: float) -> tuple[int | None, float]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import glob
-import json
 import os
 import platform
 import time
@@ -26,6 +25,7 @@ from t4patch.build.source import (SourceIdentity, check_reused_clone, identify_d
                                   resolve_ref)
 from t4patch.errors import BuildError, T4PatchError, VerificationError
 from t4patch.hashing import sha256_file
+from t4patch.jsonfile import write_json_atomic
 
 RECORD_SCHEMA = 1
 
@@ -84,9 +84,7 @@ def execute(plan: BuildPlan, checks: list[Check], *, printer: StatusPrinter | No
             "verification": report.to_dict() if report else (
                 {"skipped": "CPU-only build: no GPU code to check"} if not plan.cuda and status == "ok" else None),
         })
-        tmp = plan.record_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, plan.record_path)
+        write_json_atomic(plan.record_path, record)
         return record
 
     try:

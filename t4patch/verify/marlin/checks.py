@@ -101,8 +101,6 @@ def _rounded(value: float, digits: int = 4) -> float | None:
 
 def check_shape(provider: MarlinProvider, shape: LinearShape, settings: Settings, failures: Failures) -> dict[str, Any]:
     """Run every check for one (N, K); return its JSON-ready record."""
-    import torch
-
     tol = settings.tolerances
     device = _device(settings)
     n, k, group = shape.n, shape.k, settings.group_size
