@@ -4,7 +4,7 @@ Why it exists: the recipe sets ``CMAKE_CUDA_ARCHITECTURES=75`` because llama.cpp
 Turing only as ``75-virtual`` (PTX, JIT-compiled at the first run). This benchmark measures what that choice
 costs or saves in build time, and shows with the artifact check what each build ships for a T4.
 
-Both variants are planned by ``t4patch.build.plan`` from the same recipe, source and job count; the only
+Both variants are planned by ``t4patch.builder.plan`` from the same recipe, source and job count; the only
 difference is that the ``default`` variant's configure command leaves ``CMAKE_CUDA_ARCHITECTURES`` unset, so
 ggml-cuda's CMakeLists picks its default list (logged by CMake as ``Using CMAKE_CUDA_ARCHITECTURES=...``).
 
@@ -41,9 +41,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from t4patch.build.plan import BuildPlan, plan_build
+from t4patch.builder.plan import BuildPlan, plan_build
 from t4patch.errors import BuildError, T4PatchError, UsageError
-from t4patch.jsonfile import write_json_atomic
+from t4patch.fileio.atomic import write_json_atomic
 
 RECIPE = "llama.cpp"
 ARCH_FLAG = "-DCMAKE_CUDA_ARCHITECTURES="
@@ -182,7 +182,7 @@ def default_list_plan(plan: BuildPlan) -> BuildPlan:
 
 
 def variant_plan(variant: str, *, source: Path, work: Path, jobs: int, nvcc: str | None) -> BuildPlan:
-    from t4patch.build.recipe import load_recipe
+    from t4patch.builder.recipe import load_recipe
 
     plan = plan_build(load_recipe(RECIPE), arch="75", jobs=jobs, out=work / variant, source_dir=source, nvcc=nvcc)
     return default_list_plan(plan) if variant == "default" else plan
@@ -203,7 +203,7 @@ def run_until(argv: tuple[str, ...], cwd: Path, env: dict[str, str], log: Path, 
 
     Returns (exit code or None when stopped, seconds). For a stopped command the seconds end at the deadline,
     not after the stop, so that a stopped sitting's time is the time the build really had."""
-    from t4patch.build.runner import stop_process_group
+    from t4patch.builder.runner import stop_process_group
 
     started = time.monotonic()
     with log.open("ab") as fh:
@@ -282,7 +282,7 @@ def advance(variant: str, plan: BuildPlan, deadline: float, say) -> dict:
 
 
 def variant_report(variant: str, plan: BuildPlan, state: dict) -> dict:
-    from t4patch.build.artifacts import check_file
+    from t4patch.verify.artifacts.check import check_file
 
     edges = parse_ninja_log(plan.build_dir / ".ninja_log")
     sittings = state["sittings"]
@@ -387,7 +387,7 @@ def render_objects(doc: dict) -> str:
 
 
 def _run(args: argparse.Namespace, say) -> int:
-    from t4patch.build.preflight import enforce, find_nvcc, run_preflight
+    from t4patch.builder.preflight import enforce, find_nvcc, run_preflight
 
     variants = tuple(v.strip() for v in args.variants.split(","))
     if sorted(variants) != sorted(VARIANTS):

@@ -7,12 +7,12 @@ import contextlib
 from typing import Any, Literal
 
 from t4patch.cli_options import add_json_option, add_target_options
-from t4patch.environment import resolve_target
+from t4patch.environment.target import resolve_target
 from t4patch.errors import UsageError
-from t4patch.execute import environment_locks, execute
+from t4patch.patching.execute import environment_locks, execute
 from t4patch.output import emit_json, say
-from t4patch.plan import Plan, make_plan
-from t4patch.selection import select
+from t4patch.patching.plan import Plan, make_plan
+from t4patch.patching.selection import select
 
 
 def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

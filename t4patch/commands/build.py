@@ -22,7 +22,7 @@ Without --source the recipe's pinned ref is cloned into OUT/src (--ref picks ano
 
 
 def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from t4patch.build.recipe import recipe_names
+    from t4patch.builder.recipe import recipe_names
 
     try:
         names = recipe_names()
@@ -49,10 +49,10 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 
 def run(args: argparse.Namespace) -> int:
-    from t4patch.build.plan import plan_build
-    from t4patch.build.preflight import enforce, find_nvcc, run_preflight
-    from t4patch.build.recipe import load_recipe
-    from t4patch.build.runner import StatusPrinter, format_seconds
+    from t4patch.builder.plan import plan_build
+    from t4patch.builder.preflight import enforce, find_nvcc, run_preflight
+    from t4patch.builder.recipe import load_recipe
+    from t4patch.builder.runner import StatusPrinter, format_seconds
 
     recipe = load_recipe(args.engine)
     nvcc = find_nvcc()
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
                       repository=args.repo, features=tuple(args.feature), nvcc=nvcc)
     command_line = _command_line(args)
     if plan.source.mode == "reuse":
-        from t4patch.build.source import check_reused_clone
+        from t4patch.builder.source import check_reused_clone
 
         assert plan.source.repository is not None
         check_reused_clone(plan.source.path, plan.source.repository, plan.out)  # before a dry run shows the plan
@@ -84,14 +84,14 @@ def run(args: argparse.Namespace) -> int:
             stream.write("preflight " + check.line() + "\n")
     enforce(checks, command=command_line)
 
-    from t4patch.build.pipeline import execute
+    from t4patch.builder.pipeline import execute
 
     _sigterm_as_interrupt()
     record, report = execute(plan, checks, printer=StatusPrinter(stream), command_line=command_line)
     if args.json:
         emit_json("build", {"dry_run": False, "record_path": str(plan.record_path), "record": record})
         return 0
-    from t4patch.build.artifacts import render_report
+    from t4patch.verify.artifacts.check import render_report
 
     source = record["source"] or {}
     say(f"built {recipe.name} for {'the CPU' if not plan.cuda else 'sm_' + plan.arch} in "

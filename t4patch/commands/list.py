@@ -6,7 +6,7 @@ import argparse
 
 from t4patch.cli_options import add_json_option
 from t4patch.output import emit_json, say
-from t4patch.registry import all_patch_sets
+from t4patch.patching.registry import all_patch_sets
 
 
 def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

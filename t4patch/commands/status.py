@@ -9,13 +9,13 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from t4patch.cli_options import add_json_option, add_target_options
-from t4patch.environment import InstalledDistribution, TargetEnvironment, resolve_target
+from t4patch.environment.target import InstalledDistribution, TargetEnvironment, resolve_target
 from t4patch.errors import NotAppliedError, NotInstalledError, T4PatchError
 from t4patch.output import emit_json, say, table
-from t4patch.plan import FileStatus, file_statuses
-from t4patch.registry import engines, find_patch_set
-from t4patch.selection import parse_spec
-from t4patch.state import read_record
+from t4patch.patching.plan import FileStatus, file_statuses
+from t4patch.patching.registry import engines, find_patch_set
+from t4patch.patching.selection import parse_spec
+from t4patch.patching.state import read_record
 
 
 def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from t4patch.cli_options import add_json_option, add_target_options
-from t4patch.environment import resolve_target
+from t4patch.environment.target import resolve_target
 from t4patch.output import emit_json, say
 
 
@@ -44,8 +44,8 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 
 def run(args: argparse.Namespace) -> int:
-    from t4patch.verify.attention import check, verify_attention
-    from t4patch.verify.attention_data import resolve_arch
+    from t4patch.verify.attention.runner import check, verify_attention
+    from t4patch.verify.attention.cases import resolve_arch
 
     arch = resolve_arch(args.arch)
     target = resolve_target(args.python, args.site_packages)

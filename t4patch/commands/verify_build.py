@@ -33,8 +33,8 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 
 def run(args: argparse.Namespace) -> int:
-    from t4patch.build.artifacts import check_artifacts, collect_files, is_binary_candidate, render_report
-    from t4patch.build.plan import CPU, normalize_arch
+    from t4patch.verify.artifacts.check import check_artifacts, collect_files, is_binary_candidate, render_report
+    from t4patch.builder.plan import CPU, normalize_arch
     from t4patch.errors import UsageError, VerificationError
 
     for path in args.paths:
@@ -74,7 +74,7 @@ def _record_rules(paths: list[Path]) -> tuple[str | None, tuple[str, ...], tuple
     """(arch, require, CUDA artifact files, engine) from a build-record.json in a single directory argument."""
     if len(paths) != 1 or not paths[0].is_dir() or not (paths[0] / "build-record.json").is_file():
         return None, (), (), None
-    from t4patch.build.recipe import load_recipe
+    from t4patch.builder.recipe import load_recipe
     from t4patch.errors import UsageError
 
     record_path = paths[0] / "build-record.json"

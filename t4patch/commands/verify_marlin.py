@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from t4patch.cli_options import add_json_option, add_target_options
-from t4patch.environment import resolve_target
+from t4patch.environment.target import resolve_target
 from t4patch.output import emit_json, say
 
 PROVIDERS = ("vllm", "sglang")

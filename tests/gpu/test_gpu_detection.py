@@ -12,7 +12,7 @@ pytestmark = [
 
 
 def test_driver_api_agrees_with_torch():
-    from t4patch.gpu import detect
+    from t4patch.cuda.gpu import detect
 
     report = detect()
     assert "cuda-driver-api" in report.sources, report.problems

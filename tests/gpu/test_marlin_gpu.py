@@ -22,7 +22,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from t4patch.environment import resolve_target  # noqa: E402
+from t4patch.environment.target import resolve_target  # noqa: E402
 from t4patch.errors import MissingDependencyError, NotAppliedError  # noqa: E402
 from t4patch.output import JSON_SCHEMA  # noqa: E402
 from t4patch.verify.marlin import report, runner  # noqa: E402

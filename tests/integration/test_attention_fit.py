@@ -19,11 +19,11 @@ import pytest
 from wheels import install_wheel_to, wheel_path
 
 from t4patch.cli import main
-from t4patch.environment import resolve_target
+from t4patch.environment.target import resolve_target
 from t4patch.errors import MissingDependencyError, VerificationError
-from t4patch.registry import find_patch_set
-from t4patch.verify.attention import check, verify_attention
-from t4patch.verify.attention_data import load_archs
+from t4patch.patching.registry import find_patch_set
+from t4patch.verify.attention.runner import check, verify_attention
+from t4patch.verify.attention.cases import load_archs
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from wheels import install_wheel_to, wheel_path
 
-from t4patch.environment import resolve_target
-from t4patch.hashing import sha256_file
-from t4patch.registry import all_patch_sets
+from t4patch.environment.target import resolve_target
+from t4patch.fileio.hashing import sha256_file
+from t4patch.patching.registry import all_patch_sets
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ import pytest
 from wheels import install_wheel_to, wheel_path
 
 from t4patch.cli import main as t4patch_main
-from t4patch.registry import find_patch_set
+from t4patch.patching.registry import find_patch_set
 
 torch = pytest.importorskip("torch")
 

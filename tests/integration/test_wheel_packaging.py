@@ -30,7 +30,7 @@ def test_built_wheel_ships_patch_sets(tmp_path):
     specs = {f"{p['distribution']}=={p['version']}" for p in json.loads(out)["patch_sets"]}
     assert "vllm==0.33.0" in specs
     location = subprocess.run(
-        [str(py), "-c", "from t4patch.data import data_dir; print(data_dir('patches'))"],
+        [str(py), "-c", "from t4patch.data.locations import data_dir; print(data_dir('patches'))"],
         capture_output=True, text=True, check=True, cwd=tmp_path,
     ).stdout.strip()
     assert "_data" in location and str(REPO) not in location, location

@@ -189,7 +189,7 @@ def test_json_errors_are_documents_too(env, cli):
 
 
 def test_write_failure_midway_restores_everything(env, cli, monkeypatch):
-    import t4patch.execute as execute
+    import t4patch.patching.execute as execute
 
     real = execute.atomic_write
     calls = []
@@ -211,7 +211,7 @@ def test_write_failure_midway_restores_everything(env, cli, monkeypatch):
 def test_unwritable_package_dir_is_refused_before_writing(env, cli, monkeypatch):
     import os
 
-    import t4patch.execute as execute
+    import t4patch.patching.execute as execute
 
     pkg = env.site / "fakeengine"
     real_access = os.access

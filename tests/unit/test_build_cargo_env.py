@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from t4patch.build.pipeline import execute
-from t4patch.build.plan import plan_build
-from t4patch.build.preflight import find_nvcc
-from t4patch.build.recipe import load_recipe
-from t4patch.build.runner import StatusPrinter
+from t4patch.builder.pipeline import execute
+from t4patch.builder.plan import plan_build
+from t4patch.builder.preflight import find_nvcc
+from t4patch.builder.recipe import load_recipe
+from t4patch.builder.runner import StatusPrinter
 from t4patch.errors import VerificationError
 
 pytestmark = pytest.mark.skipif(shutil.which("cargo") is None, reason="cargo not on PATH (Rust toolchain needed)")
@@ -111,7 +111,7 @@ def test_other_compute_cap_and_the_check_that_catches_it(workspace: Path, tmp_pa
     binary = tmp_path / "out86" / "target" / "release" / "mistralrs"
     assert subprocess.run([str(binary)], capture_output=True, text=True, check=True).stdout.strip() == ".target sm_86"
     # The same binary, checked for a T4, fails loudly: its PTX targets sm_86.
-    from t4patch.build.artifacts import check_artifacts
+    from t4patch.verify.artifacts.check import check_artifacts
 
     t4 = check_artifacts([binary], 75, require=("ptx-text",), cuda_files=(binary,))
     assert not t4.ok

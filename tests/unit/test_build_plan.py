@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from t4patch.build.plan import normalize_arch, plan_build
-from t4patch.build.recipe import load_recipe
+from t4patch.builder.plan import normalize_arch, plan_build
+from t4patch.builder.recipe import load_recipe
 from t4patch.errors import ToolMissingError, UsageError
 
 

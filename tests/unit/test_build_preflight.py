@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from t4patch.build.plan import plan_build
-from t4patch.build.preflight import enforce, find_library, run_preflight, tool_version
-from t4patch.build.recipe import load_recipe
+from t4patch.builder.plan import plan_build
+from t4patch.builder.preflight import enforce, find_library, run_preflight, tool_version
+from t4patch.builder.recipe import load_recipe
 from t4patch.errors import ToolMissingError
 
 VERSIONS = {

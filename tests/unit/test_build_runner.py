@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from t4patch.build.pipeline import execute
-from t4patch.build.plan import plan_build
-from t4patch.build.recipe import parse_recipe
-from t4patch.build.runner import StatusPrinter, format_seconds, parse_progress
+from t4patch.builder.pipeline import execute
+from t4patch.builder.plan import plan_build
+from t4patch.builder.recipe import parse_recipe
+from t4patch.builder.runner import StatusPrinter, format_seconds, parse_progress
 from t4patch.errors import BuildError, VerificationError
 
 
@@ -313,7 +313,7 @@ def test_stop_reaches_children_in_their_own_process_groups(tmp_path: Path) -> No
     import subprocess
     import time as _time
 
-    from t4patch.build.runner import stop_process_group
+    from t4patch.builder.runner import stop_process_group
 
     pidfile = tmp_path / "child.pid"
     # The child ignores SIGTERM, like a compiler stuck in I/O would not exit at once: only SIGKILL ends it.

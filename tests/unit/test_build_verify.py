@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_fatbin import KERNEL, needs_nvcc
 
-from t4patch.build.artifacts import check_artifacts, collect_files
+from t4patch.verify.artifacts.check import check_artifacts, collect_files
 from t4patch.errors import UsageError, VerificationError
 
 NVCC = shutil.which("nvcc")

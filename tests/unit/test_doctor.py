@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import t4patch.commands.doctor as doctor
-from t4patch.gpu import Gpu, GpuReport, detect
+from t4patch.cuda.gpu import Gpu, GpuReport, detect
 
 T4 = Gpu(0, "Tesla T4", "7.5", 65536, 40, 16 * 2**30)
 H200 = Gpu(0, "NVIDIA H200", "9.0", 232448, 132, 141 * 2**30)

@@ -6,10 +6,10 @@ import json
 
 import t4patch.commands.doctor as doctor
 from conftest import make_dist
-from t4patch.gpu import GpuReport
+from t4patch.cuda.gpu import GpuReport
 from test_doctor import T4
 
-from t4patch.sglang_support import count_marlin_kernels
+from t4patch.engines.sglang.doctor import count_marlin_kernels
 
 
 def make_sglang_env(tmp_path, vllm_version: str | None = "0.33.0", torch_version: str = "2.14.1"):
@@ -51,7 +51,7 @@ def test_no_sglang_no_section(env, cli, monkeypatch):
 
 
 def test_count_marlin_kernels_on_synthetic_names(monkeypatch):
-    import t4patch.sglang_support as support
+    import t4patch.engines.sglang.doctor as support
 
     names = {
         b"a": ["_ZN6marlin6MarlinILl1ELl2EEEvv", "_ZN6marlin13MarlinDefaultEv", "rms_norm_kernel"],

@@ -15,7 +15,7 @@ import pytest
 from conftest import KERNEL_PATCHED, make_dist
 
 from t4patch.errors import LockBusyError, TargetEnvironmentError, UsageError
-from t4patch.execute import environment_lock
+from t4patch.patching.execute import environment_lock
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -52,7 +52,7 @@ def test_bad_targets(tmp_path, cli):
     not_dir = tmp_path / "f"
     not_dir.write_text("")
     assert cli("status", "--site-packages", str(not_dir)).code == TargetEnvironmentError.exit_code
-    from t4patch.environment import resolve_target
+    from t4patch.environment.target import resolve_target
 
     with pytest.raises(UsageError):
         resolve_target(python=sys.executable, site_packages=str(tmp_path))

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from t4patch.errors import VerificationError
-from t4patch.fatbin import (
+from t4patch.cuda.fatbin import (
     FATBIN_MAGIC,
     FLAG_LZ4,
     cuda_architectures,

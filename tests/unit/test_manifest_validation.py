@@ -8,8 +8,8 @@ import pytest
 from conftest import CONFIG, CONFIG_PATCHED, make_patch_set, unified
 
 from t4patch.errors import PatchSetError
-from t4patch.manifest import load_patch_set
-from t4patch.registry import all_patch_sets
+from t4patch.patching.manifest import load_patch_set
+from t4patch.patching.registry import all_patch_sets
 
 
 def edit_manifest(directory: Path, old: str, new: str) -> None:

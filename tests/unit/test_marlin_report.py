@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from t4patch import cli  # noqa: E402
-from t4patch.environment import resolve_target  # noqa: E402
+from t4patch.environment.target import resolve_target  # noqa: E402
 from t4patch.errors import (  # noqa: E402
     DeterminismError,
     MissingDependencyError,

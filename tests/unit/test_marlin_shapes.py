@@ -103,7 +103,7 @@ def test_shipped_tolerances():
 
 
 def test_tolerances_refuse_flag_above_fail(tmp_path):
-    from t4patch.tomlcompat import tomllib
+    from t4patch.data.tomlcompat import tomllib
 
     path = config.data_dir("verify") / "marlin-tolerances.toml"
     doc = tomllib.loads(path.read_text())

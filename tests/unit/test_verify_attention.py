@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import make_dist
 
-from t4patch.environment import resolve_target
+from t4patch.environment.target import resolve_target
 from t4patch.errors import (
     MissingDependencyError,
     NotInstalledError,
@@ -25,10 +25,10 @@ from t4patch.errors import (
     UsageError,
     VerificationError,
 )
-from t4patch.verify import attention as attention_mod
-from t4patch.verify.attention import _raise_worker_error, check, run_worker, select_engines
-from t4patch.verify.attention_data import load_archs, load_cases, resolve_arch
-from t4patch.verify.attention_report import AttentionReport, EngineResult, case_results
+from t4patch.verify.attention import runner as attention_mod
+from t4patch.verify.attention.runner import _raise_worker_error, check, run_worker, select_engines
+from t4patch.verify.attention.cases import load_archs, load_cases, resolve_arch
+from t4patch.verify.attention.report import AttentionReport, EngineResult, case_results
 
 # --------------------------------------------------------------------------------------------- shipped data
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from t4patch.verify.marlin import layout, metrics, quant, timing
 from t4patch.verify.marlin.config import Tolerances
 from t4patch.verify.marlin.providers import VIA_VLLM_ENV, MarlinProvider
-from t4patch.verify.marlin.sglang_loader import SGLangJitCalled
+from t4patch.engines.sglang.marlin import SGLangJitCalled
 from t4patch.verify.marlin.shapes import LinearShape
 
 if TYPE_CHECKING:

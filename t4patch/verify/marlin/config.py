@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from t4patch.data import data_dir
+from t4patch.data.locations import data_dir
 from t4patch.errors import PatchSetError
-from t4patch.tomlcompat import tomllib
+from t4patch.data.tomlcompat import tomllib
 
 SCHEMA_VERSION = 1
 

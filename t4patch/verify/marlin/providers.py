@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from t4patch.environment import TargetEnvironment
+from t4patch.environment.target import TargetEnvironment
 from t4patch.errors import ForeignFileError, MissingDependencyError, NotAppliedError
-from t4patch.hashing import sha256_file
-from t4patch.verify.marlin import sglang_loader, vllm_lib
+from t4patch.fileio.hashing import sha256_file
+from t4patch.engines.sglang import marlin as sglang_loader
+from t4patch.engines.vllm import marlin as vllm_lib
 from t4patch.verify.marlin.scalar_type import UINT4B8
 
 if TYPE_CHECKING:
@@ -180,8 +181,8 @@ def vllm_provider(target: TargetEnvironment, vllm_lib_path: str | None = None) -
 
 def _check_sglang_patched(target: TargetEnvironment) -> tuple[Any, dict[str, Any]]:
     """The installed SGLang, and proof that the files we import are the patch set's patched bytes."""
-    from t4patch.plan import file_statuses
-    from t4patch.registry import find_patch_set
+    from t4patch.patching.plan import file_statuses
+    from t4patch.patching.registry import find_patch_set
 
     dist = target.find("sglang")
     if dist is None:

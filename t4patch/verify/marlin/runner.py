@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from t4patch.environment import TargetEnvironment
+from t4patch.environment.target import TargetEnvironment
 from t4patch.errors import MissingDependencyError, NoGpuError, UsageError
 from t4patch.verify.marlin import checks, config, providers, report
 from t4patch.verify.marlin.shapes import ShapeTable, load_shape_table
@@ -72,7 +72,7 @@ def _gpu(torch: Any) -> dict[str, Any]:
     peak = config.peak_bandwidth(name)
     driver = None
     try:
-        from t4patch.gpu import detect
+        from t4patch.cuda.gpu import detect
 
         driver = detect().driver_version
     except Exception:  # noqa: BLE001 - the driver version is informational

@@ -1,0 +1,184 @@
+"""One build from plan to record: source, steps, artifacts, architecture check, build-record.json.
+
+The record is written on success *and* on failure (status "failed", the steps that ran, the error), so a
+broken build still leaves evidence next to its log. A build whose artifacts lack sm_XY code is a failed
+build: the record says so and VerificationError is raised, even though every step exited 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import glob
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import t4patch
+from t4patch.verify.artifacts.check import ArtifactReport, check_artifacts
+from t4patch.builder.plan import BuildPlan
+from t4patch.builder.preflight import Check
+from t4patch.builder.runner import StatusPrinter, StepResult, run_step
+from t4patch.builder.source import (SourceIdentity, check_reused_clone, identify_directory, resolve_checkout,
+                                  resolve_ref)
+from t4patch.errors import BuildError, T4PatchError, VerificationError
+from t4patch.fileio.hashing import sha256_file
+from t4patch.fileio.atomic import write_json_atomic
+
+RECORD_SCHEMA = 1
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def collect_artifacts(plan: BuildPlan) -> tuple[list[Path], list[Path]]:
+    """(all artifact files, the CUDA ones) from the recipe's globs; BuildError if a pattern matched nothing."""
+    files: dict[Path, None] = {}
+    cuda: dict[Path, None] = {}
+    missing = []
+    for pattern, target in [(p, files) for p in plan.recipe.artifact_files] + (
+        [(p, cuda) for p in plan.recipe.cuda_artifacts] if plan.cuda else []
+    ):
+        hits = sorted(glob.glob(str(plan.build_dir / pattern)))
+        if not hits:
+            missing.append(pattern)
+        for hit in hits:
+            real = Path(hit).resolve()
+            if real.is_file():
+                target.setdefault(real, None)
+                files.setdefault(real, None)
+    if missing:
+        raise BuildError(
+            f"the build finished but produced no {', '.join(missing)} under {plan.build_dir}",
+            hint=f"read {plan.log_path}; the recipe's targets and artifacts may not match this source version",
+        )
+    return list(files), list(cuda)
+
+
+def execute(plan: BuildPlan, checks: list[Check], *, printer: StatusPrinter | None = None,
+            command_line: str = "") -> tuple[dict[str, Any], ArtifactReport | None]:
+    """Run ``plan`` (preflight already passed: ``checks``); return (the record written to plan.record_path,
+    the artifact report, None for a CPU-only build)."""
+    printer = printer or StatusPrinter()
+    plan.out.mkdir(parents=True, exist_ok=True)
+    plan.log_path.write_text(f"# t4patch {t4patch.__version__} build log: {command_line}\n", encoding="utf-8")
+    started_wall, started = _now(), time.monotonic()
+    results: list[StepResult] = []
+    identity: SourceIdentity | None = None
+    record: dict[str, Any] = _base_record(plan, checks, command_line, started_wall)
+
+    def finish(status: str, error: T4PatchError | None, report: ArtifactReport | None,
+               artifacts: list[dict[str, Any]]) -> dict[str, Any]:
+        record.update({
+            "status": status,
+            "error": str(error) if error else None,
+            "finished": _now(),
+            "source": identity.to_dict() if identity else None,
+            "steps": [r.to_dict() for r in results],
+            "durations": {**{r.name: round(r.seconds, 2) for r in results},
+                          "total": round(time.monotonic() - started, 2)},
+            "artifacts": artifacts,
+            "verification": report.to_dict() if report else (
+                {"skipped": "CPU-only build: no GPU code to check"} if not plan.cuda and status == "ok" else None),
+        })
+        write_json_atomic(plan.record_path, record)
+        return record
+
+    try:
+        if plan.source.mode == "reuse":
+            assert plan.source.repository is not None
+            check_reused_clone(plan.source.path, plan.source.repository, plan.out)
+        elif plan.source.mode == "directory":
+            # Identified before any step runs: the build must not change what "the source" was, and an --out
+            # inside the source tree is left out of the digest.
+            identity = identify_directory(plan.source.path, exclude=_inside(plan.out, plan.source.path))
+        total = len(plan.steps)
+        for index, step in enumerate(plan.steps, 1):
+            expected = None
+            if step.name == "checkout" and plan.source.mode != "directory":
+                assert plan.source.ref is not None
+                expected = resolve_ref(plan.source.path, plan.source.ref)
+                step = dataclasses.replace(step, argv=step.argv[:-1] + (expected,))
+            results.append(run_step(step, plan.log_path, printer, index=index, total=total,
+                                    known_failures=plan.recipe.known_failures, rerun=command_line))
+            if expected is not None:
+                assert plan.source.ref is not None
+                identity = resolve_checkout(plan.source.path, plan.source.ref, expected)
+        if identity is None:
+            identity = identify_directory(plan.source.path, exclude=_inside(plan.out, plan.source.path))
+        files, cuda_files = collect_artifacts(plan)
+    except T4PatchError as exc:
+        failed_step = getattr(exc, "step_result", None)
+        if failed_step is not None:
+            results.append(failed_step)
+        if identity is None and plan.source.mode == "directory" and plan.source.path.is_dir():
+            identity = identify_directory(plan.source.path, exclude=_inside(plan.out, plan.source.path))
+        finish("failed", exc, None, [])
+        raise
+    except KeyboardInterrupt:
+        finish("interrupted", BuildError("interrupted (Ctrl-C or SIGTERM)"), None, [])
+        raise
+
+    report = None
+    if plan.cuda:
+        assert plan.arch_number is not None
+        report = check_artifacts(files, plan.arch_number, require=plan.recipe.require, cuda_files=tuple(cuda_files))
+        artifacts = [{**r.to_dict(), "path": _rel(r.path, plan.out)} for r in report.files]
+    else:
+        artifacts = [{"path": _rel(p, plan.out), "size": p.stat().st_size, "sha256": sha256_file(p)} for p in files]
+    if report is not None and not report.ok:
+        problems = report.all_problems()
+        error = VerificationError(
+            f"build finished but its artifacts fail the sm_{plan.arch} check: {problems[0]}"
+            + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
+            hint=f"t4patch verify build {plan.out} --arch {plan.arch}  (record: {plan.record_path})",
+        )
+        finish("failed", error, report, artifacts)
+        raise error
+    return finish("ok", None, report, artifacts), report
+
+
+def _inside(path: Path, root: Path) -> Path | None:
+    """``path`` when it lies inside ``root`` (so a digest of ``root`` must leave it out), else None."""
+    try:
+        path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return None
+    return path
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _base_record(plan: BuildPlan, checks: list[Check], command_line: str, started: str) -> dict[str, Any]:
+    recipe_path = plan.recipe.path
+    return {
+        "schema": RECORD_SCHEMA,
+        "kind": "t4patch-build-record",
+        "t4patch": t4patch.__version__,
+        "command": command_line,
+        "recipe": plan.recipe.name,
+        "recipe_sha256": sha256_file(recipe_path) if recipe_path else None,
+        "arch": plan.arch,
+        "cuda": plan.cuda,
+        "features": list(plan.features),
+        "jobs": plan.jobs,
+        "out": str(plan.out),
+        "build_dir": str(plan.build_dir),
+        "log": str(plan.log_path),
+        "requested": {"mode": plan.source.mode, "repository": plan.source.repository, "ref": plan.source.ref,
+                      "path": str(plan.source.path)},
+        "env": dict(sorted(plan.env.items())),
+        "flags": plan.flags,
+        "tools": {c.name: c.found for c in checks},
+        "host": {"machine": platform.machine(), "system": platform.system(), "release": platform.release(),
+                 "cpus": os.cpu_count(), "python": platform.python_version()},
+        "started": started,
+    }

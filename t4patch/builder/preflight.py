@@ -1,0 +1,330 @@
+"""Preflight: every tool, library and gigabyte a build needs, checked in seconds before it starts.
+
+A CUDA build of llama.cpp runs for many minutes and mistral.rs for much longer; failing at minute 40 on a
+missing cuBLAS or an nvcc that cannot emit sm_75 wastes the hour. Each check yields one line: what was
+needed, what was found, and the command that fixes it. All checks run (so one pass shows every problem);
+:func:`enforce` then raises one ToolMissingError.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from t4patch.builder.plan import BuildPlan
+from t4patch.errors import ToolMissingError
+
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+Which = Callable[[str], "str | None"]
+
+# How to ask each tool its version, and the first version-looking number in the answer.
+VERSION_COMMANDS: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
+    "git": (("git", "--version"), re.compile(r"git version (\d+(?:\.\d+)+)")),
+    "cmake": (("cmake", "--version"), re.compile(r"cmake version (\d+(?:\.\d+)+)")),
+    "ninja": (("ninja", "--version"), re.compile(r"^(\d+(?:\.\d+)+)", re.MULTILINE)),
+    "make": (("make", "--version"), re.compile(r"GNU Make (\d+(?:\.\d+)+)")),
+    "cargo": (("cargo", "--version"), re.compile(r"cargo (\d+(?:\.\d+)+)")),
+    "rustc": (("rustc", "--version"), re.compile(r"rustc (\d+(?:\.\d+)+)")),
+    "nvcc": (("nvcc", "--version"), re.compile(r"release (\d+\.\d+), V(\d+(?:\.\d+)+)")),
+    # The host compilers CMake, nvcc (-ccbin) and cargo's cc crate run. gcc: "cc (Debian 12.2.0-14) 12.2.0";
+    # clang: "clang version 17.0.6".
+    "cc": (("cc", "--version"), re.compile(r"(?:\) |version )(\d+(?:\.\d+)+)")),
+    "c++": (("c++", "--version"), re.compile(r"(?:\) |version )(\d+(?:\.\d+)+)")),
+}
+
+INSTALL_HINTS = {
+    "git": "apt-get install git",
+    "cmake": "pip install 'cmake>={v}' (or apt-get install cmake)",
+    "ninja": "pip install ninja (or apt-get install ninja-build)",
+    "make": "apt-get install make",
+    "cargo": "install Rust >= {v} with rustup (https://rustup.rs), then: rustup update stable",
+    "rustc": "install Rust >= {v} with rustup (https://rustup.rs), then: rustup update stable",
+    "nvcc": "install the CUDA toolkit >= {v} and put its bin/ on PATH (or set CUDA_HOME)",
+    "cc": "apt-get install build-essential (a C compiler >= {v} as `cc`: gcc or clang)",
+    "c++": "apt-get install build-essential (a C++17 compiler >= {v} as `c++`: g++ or clang++)",
+}
+
+# Library file names (any version suffix) and the header a build compiles against.
+LIBRARIES: dict[str, tuple[str, str | None, str]] = {
+    "cudart": ("libcudart.so", "cuda_runtime.h", "the CUDA runtime"),
+    "cublas": ("libcublas.so", "cublas_v2.h", "cuBLAS"),
+    "curand": ("libcurand.so", "curand.h", "cuRAND"),
+    "nvrtc": ("libnvrtc.so", "nvrtc.h", "NVRTC"),
+    "cuda_driver": ("libcuda.so", None, "the CUDA driver library"),
+    "cudnn": ("libcudnn.so", "cudnn.h", "cuDNN"),
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    found: str
+    message: str  # the one line shown: what was needed and what was found
+    fix: str | None = None
+
+    def line(self) -> str:
+        status = "ok  " if self.ok else "FAIL"
+        tail = f"; fix: {self.fix}" if (self.fix and not self.ok) else ""
+        return f"{status} {self.name}: {self.message}{tail}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "ok": self.ok, "found": self.found, "message": self.message, "fix": self.fix}
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def _default_run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=False)
+
+
+def tool_version(tool: str, *, which: Which = shutil.which, run: Runner = _default_run,
+                 executable: str | None = None) -> tuple[str | None, str | None]:
+    """(path, version) of ``tool``; (None, None) if not on PATH; (path, None) if its version is unreadable."""
+    argv, pattern = VERSION_COMMANDS[tool]
+    path = executable or which(argv[0])
+    if path is None:
+        return None, None
+    try:
+        proc = run([path, *argv[1:]])
+    except (OSError, subprocess.SubprocessError):
+        return path, None
+    match = pattern.search((proc.stdout or "") + (proc.stderr or ""))
+    if match is None:
+        return path, None
+    return path, match.group(match.lastindex or 1) if tool == "nvcc" else match.group(1)
+
+
+def find_nvcc(which: Which = shutil.which, environ: dict[str, str] | None = None) -> str | None:
+    """nvcc on PATH, else $CUDA_HOME/bin/nvcc, $CUDA_PATH/bin/nvcc, /usr/local/cuda/bin/nvcc."""
+    environ = os.environ if environ is None else environ
+    found = which("nvcc")
+    if found:
+        return found
+    for root in (environ.get("CUDA_HOME"), environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and os.access(os.path.join(root, "bin", "nvcc"), os.X_OK):
+            return os.path.join(root, "bin", "nvcc")
+    return None
+
+
+def nvcc_toolkit_root(nvcc: str, run: Runner = _default_run) -> Path | None:
+    """The toolkit directory nvcc itself uses (its ``TOP``), which a wrapper script or symlink can hide."""
+    try:
+        proc = run([nvcc, "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull])
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = (proc.stdout or "") + (proc.stderr or "")
+    match = re.search(r"^#\$ TOP=(.+)$", text, re.MULTILINE) or re.search(r"^#\$ _HERE_=(.+)$", text, re.MULTILINE)
+    if match is None:
+        return None
+    top = Path(match.group(1).strip())
+    return (top if match.group(0).startswith("#$ TOP") else top / "..").resolve()
+
+
+def cuda_roots(nvcc: str | None, environ: dict[str, str] | None = None, run: Runner = _default_run) -> list[Path]:
+    """Toolkit roots to search for libraries and headers, most specific first."""
+    environ = os.environ if environ is None else environ
+    roots: list[Path] = []
+    for value in (environ.get("CUDAToolkit_ROOT"), environ.get("CUDA_HOME"), environ.get("CUDA_PATH")):
+        if value:
+            roots.append(Path(value))
+    if nvcc:
+        top = nvcc_toolkit_root(nvcc, run)
+        if top is not None:
+            roots.append(top)
+        roots.append(Path(nvcc).resolve().parent.parent)
+    unique: list[Path] = []
+    for r in roots:
+        if r not in unique:
+            unique.append(r)
+    return unique
+
+
+def _library_dirs(roots: list[Path], environ: dict[str, str]) -> list[Path]:
+    dirs: list[Path] = []
+    for root in roots:
+        dirs += [root / "lib64", root / "lib", root / "lib64" / "stubs", root / "lib" / "stubs"]
+        dirs += [Path(p) for p in sorted(glob.glob(str(root / "targets" / "*" / "lib")))]
+        dirs += [Path(p) for p in sorted(glob.glob(str(root / "targets" / "*" / "lib" / "stubs")))]
+    for value in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) + environ.get("LIBRARY_PATH", "").split(os.pathsep):
+        if value:
+            dirs.append(Path(value))
+    dirs += [Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib/aarch64-linux-gnu"), Path("/usr/lib64"), Path("/usr/lib")]
+    return dirs
+
+
+def _include_dirs(roots: list[Path]) -> list[Path]:
+    dirs: list[Path] = []
+    for root in roots:
+        dirs.append(root / "include")
+        dirs += [Path(p) for p in sorted(glob.glob(str(root / "targets" / "*" / "include")))]
+    dirs += [Path("/usr/include"), Path("/usr/include/x86_64-linux-gnu"), Path("/usr/include/aarch64-linux-gnu")]
+    return dirs
+
+
+def find_library(lib: str, roots: list[Path], environ: dict[str, str] | None = None) -> tuple[Path | None, Path | None]:
+    """(library file, header file) for ``lib`` (a key of LIBRARIES); None where not found."""
+    environ = os.environ if environ is None else environ
+    filename, header, _ = LIBRARIES[lib]
+    lib_path = None
+    # The unversioned name is what CMake's find_library and the linker's -l look for; a runtime-only install
+    # (libcublas.so.13 without libcublas.so) cannot be linked against.
+    for d in _library_dirs(roots, environ):
+        if (d / filename).exists():
+            lib_path = d / filename
+            break
+    header_path = None
+    if header is not None:
+        for d in _include_dirs(roots):
+            if (d / header).is_file():
+                header_path = d / header
+                break
+    return lib_path, header_path
+
+
+def free_gib(path: Path) -> float:
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free / 2**30
+
+
+def run_preflight(
+    plan: BuildPlan,
+    *,
+    which: Which = shutil.which,
+    run: Runner = _default_run,
+    environ: dict[str, str] | None = None,
+    disk_free: Callable[[Path], float] = free_gib,
+) -> list[Check]:
+    """All checks for ``plan``; nothing is raised here (see :func:`enforce`)."""
+    environ = dict(os.environ) if environ is None else environ
+    recipe = plan.recipe
+    checks: list[Check] = []
+
+    tools = dict(recipe.tools)
+    if plan.source.mode != "directory":
+        tools.setdefault("git", "2.20")
+    if plan.cuda:
+        tools.update(recipe.cuda_tools)
+    for tool, minimum in tools.items():
+        executable = (plan.nvcc or find_nvcc(which, environ)) if tool == "nvcc" else None
+        path, version = tool_version(tool, which=which, run=run, executable=executable)
+        fix = INSTALL_HINTS[tool].format(v=minimum)
+        if path is None:
+            checks.append(Check(tool, False, "not found", f"needs {tool} >= {minimum}, found none on PATH", fix))
+        elif version is None:
+            checks.append(Check(tool, False, path, f"needs {tool} >= {minimum}, {path} did not report a version", fix))
+        elif parse_version(version) < parse_version(minimum):
+            checks.append(Check(tool, False, version, f"needs {tool} >= {minimum}, found {version} ({path})", fix))
+        else:
+            checks.append(Check(tool, True, version, f"{version} ({path})"))
+
+    if plan.cuda:
+        nvcc = plan.nvcc or find_nvcc(which, environ)
+        checks.append(_nvcc_targets(nvcc, plan.arch, run))
+        if recipe.nvcc_on_path:
+            checks.append(_nvcc_on_path(nvcc, which))
+        roots = cuda_roots(nvcc, environ, run)
+        libraries = list(recipe.cuda_libraries)
+        for feature in plan.features:
+            libraries += [lib for lib in recipe.feature_libraries.get(feature, ()) if lib not in libraries]
+        for lib in libraries:
+            checks.append(_library_check(lib, roots, environ))
+
+    if plan.source.mode == "directory":
+        checks.append(_source_check(plan))
+
+    free = disk_free(plan.out)
+    need = recipe.min_free_gib
+    if free < need:
+        checks.append(Check("disk", False, f"{free:.1f} GiB", f"needs {need:g} GiB free under {plan.out}, found {free:.1f} GiB",
+                            "free disk space or choose another --out DIR"))
+    else:
+        checks.append(Check("disk", True, f"{free:.1f} GiB", f"{free:.1f} GiB free under {plan.out} (needs {need:g})"))
+    return checks
+
+
+def _nvcc_targets(nvcc: str | None, arch: str, run: Runner) -> Check:
+    name = f"nvcc sm_{arch}"
+    if nvcc is None:
+        return Check(name, False, "no nvcc", f"needs nvcc able to emit sm_{arch}, found no nvcc",
+                     INSTALL_HINTS["nvcc"].format(v="11.8"))
+    try:
+        proc = run([nvcc, "--list-gpu-code"])
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Check(name, False, "error", f"`{nvcc} --list-gpu-code` failed ({exc})", "reinstall the CUDA toolkit")
+    codes = set(re.findall(r"\bsm_\d+[af]?\b", proc.stdout or ""))
+    if proc.returncode != 0 or not codes:
+        return Check(name, False, "unknown", f"`{nvcc} --list-gpu-code` listed no targets (exit {proc.returncode})",
+                     "use a CUDA toolkit >= 11.8 (older nvcc lacks --list-gpu-code)")
+    if f"sm_{arch}" not in codes:
+        lowest = min(codes, key=lambda c: int(re.sub(r"\D", "", c)))
+        return Check(name, False, ", ".join(sorted(codes)), f"{nvcc} cannot emit sm_{arch} (lowest it lists: {lowest})",
+                     f"use a CUDA toolkit that still targets sm_{arch} (CUDA 11.8 to 13.x target sm_75)")
+    return Check(name, True, f"sm_{arch}", f"{nvcc} lists sm_{arch} in --list-gpu-code")
+
+
+def _nvcc_on_path(nvcc: str | None, which: Which) -> Check:
+    on_path = which("nvcc")
+    if on_path is None:
+        return Check("nvcc on PATH", False, "not on PATH", "the build runs `nvcc` from PATH (bindgen_cuda) and PATH "
+                     f"has none{f' (found {nvcc} outside PATH)' if nvcc else ''}",
+                     f"export PATH={Path(nvcc).parent}:$PATH" if nvcc else INSTALL_HINTS["nvcc"].format(v="11.8"))
+    if nvcc and Path(on_path).resolve() != Path(nvcc).resolve():
+        return Check("nvcc on PATH", False, on_path, f"`nvcc` on PATH is {on_path}, not the checked {nvcc}",
+                     f"export PATH={Path(nvcc).parent}:$PATH")
+    return Check("nvcc on PATH", True, on_path, f"{on_path} (the build runs `nvcc` from PATH)")
+
+
+def _library_check(lib: str, roots: list[Path], environ: dict[str, str]) -> Check:
+    filename, header, label = LIBRARIES[lib]
+    lib_path, header_path = find_library(lib, roots, environ)
+    where = ", ".join(str(r) for r in roots) or "no CUDA toolkit root"
+    fix = (f"install {label} (and its headers) for this CUDA toolkit, e.g. from NVIDIA's apt repository, "
+           "or set CUDAToolkit_ROOT to a complete toolkit")
+    if lib == "cuda_driver":
+        fix = "install the NVIDIA driver, or use a CUDA toolkit that ships lib64/stubs/libcuda.so"
+    if lib_path is None:
+        runtime_only = [Path(h) for d in _library_dirs(roots, environ) for h in sorted(glob.glob(str(d / (filename + ".*"))))]
+        if runtime_only:
+            return Check(lib, False, str(runtime_only[0]), f"found {runtime_only[0]} but not {filename} (the development "
+                         "link a build links against)", f"install the -dev package of {label}, or create the link "
+                         f"{runtime_only[0].parent / filename} -> {runtime_only[0].name}")
+        return Check(lib, False, "not found", f"needs {label} ({filename}), found none under {where} or the "
+                     "system library directories", fix)
+    if header is not None and header_path is None:
+        return Check(lib, False, str(lib_path), f"found {lib_path} but not its header {header} (looked under {where})", fix)
+    return Check(lib, True, str(lib_path), f"{lib_path}" + (f" + {header_path}" if header_path else ""))
+
+
+def _source_check(plan: BuildPlan) -> Check:
+    src = plan.source.path
+    if not src.is_dir():
+        return Check("source", False, "missing", f"--source {src} is not a directory", "pass the unpacked source tree")
+    missing = [m for m in plan.recipe.source_markers if not (src / m).exists()]
+    if missing:
+        return Check("source", False, "not a match", f"--source {src} does not look like a {plan.recipe.name} tree "
+                     f"(missing {', '.join(missing)})", f"pass the top directory of a {plan.recipe.name} checkout")
+    return Check("source", True, str(src), f"{src} has {', '.join(plan.recipe.source_markers) or 'no markers to check'}")
+
+
+def enforce(checks: list[Check], *, command: str) -> None:
+    """Raise ToolMissingError naming every failed check (the caller prints each check's line first)."""
+    failed = [c for c in checks if not c.ok]
+    if not failed:
+        return
+    names = ", ".join(c.name for c in failed)
+    first = failed[0]
+    raise ToolMissingError(
+        f"preflight failed ({len(failed)} of {len(checks)} checks: {names}); first: {first.message}",
+        hint=f"{first.fix}; then rerun: {command}" if first.fix else f"rerun: {command}",
+    )

@@ -1,0 +1,311 @@
+"""Run build steps: stream progress to the user, keep every byte of output in the log file.
+
+A build prints tens of thousands of lines; showing them all hides the one that matters, showing none looks
+like a hang. So the runner shows one status per step (timer, percentage where the tool reports one:
+ninja's ``[123/456]``, make/CMake's ``[ 42%]``, cargo's ``Building [==>  ] 120/480`` bar, git's ``42%``)
+and writes the complete output to the log. On failure it prints the log's tail and raises BuildError naming
+the log, plus the explanation of a known failure pattern when one matches.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from t4patch.builder.plan import PlannedStep
+from t4patch.builder.recipe import KnownFailure
+from t4patch.errors import BuildError
+
+TAIL_LINES = 30
+
+_NINJA = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)")
+_MAKE = re.compile(r"^\[\s*(\d+)%\]\s*(.*)")
+_CARGO_BAR = re.compile(r"Building \[[^\]]*\]\s*(\d+)/(\d+)(?::\s*(.*))?")
+_CARGO_LINE = re.compile(r"^\s*(Compiling|Checking|Finished|Downloaded|Downloading|Updating|Fresh|Locking)\s+(.*)")
+_GIT = re.compile(r"^([A-Za-z ]+):\s+(\d+)%")
+
+
+@dataclass(frozen=True)
+class Progress:
+    percent: float | None
+    label: str | None
+
+
+def parse_progress(kind: str, line: str) -> Progress | None:
+    """Progress information in one output line of a ``kind`` tool (see recipe ``progress``), or None."""
+    text = line.strip()
+    if not text:
+        return None
+    if kind in ("ninja", "cmake", "make"):
+        m = _NINJA.match(text)
+        if m and int(m.group(2)) > 0:
+            return Progress(100.0 * int(m.group(1)) / int(m.group(2)), m.group(3) or None)
+        m = _MAKE.match(text)
+        if m:
+            return Progress(float(m.group(1)), m.group(2) or None)
+        if kind == "cmake" and text.startswith("-- "):
+            return Progress(None, text[3:])
+        return None
+    if kind == "cargo":
+        m = _CARGO_BAR.search(text)
+        if m and int(m.group(2)) > 0:
+            return Progress(100.0 * int(m.group(1)) / int(m.group(2)), m.group(3) or None)
+        m = _CARGO_LINE.match(text)
+        if m:
+            return Progress(None, f"{m.group(1)} {m.group(2)}")
+        return None
+    if kind == "git":
+        m = _GIT.match(text)
+        if m:
+            return Progress(float(m.group(2)), m.group(1).strip())
+        return None
+    return None
+
+
+def format_seconds(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, sec = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{sec:02d}s"
+
+
+class StatusPrinter:
+    """Progress display: one rewritten line on a terminal, sparse plain lines otherwise (CI logs)."""
+
+    def __init__(self, stream: TextIO | None = None, *, interval: float = 15.0, clock: Callable[[], float] = time.monotonic):
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.interval = interval
+        self.clock = clock
+        self._last_print = 0.0
+        self._last_percent: float | None = None
+        self.last_percent: float | None = None  # the step's latest reported percentage
+        self._width = 0
+
+    def start(self, index: int, total: int, step: PlannedStep) -> None:
+        self._finish_line()
+        self.stream.write(f"==> [{index}/{total}] {step.name}: {' '.join(step.argv)}\n")
+        self.stream.flush()
+        self._last_print = float("-inf")  # the step's first status shows at once
+        self._last_percent = None
+
+    def update(self, name: str, started: float, progress: Progress) -> None:
+        now = self.clock()
+        pct = f"{progress.percent:3.0f}% " if progress.percent is not None else ""
+        label = (progress.label or "")[:90]
+        text = f"    {name} {format_seconds(now - started)} {pct}{label}"
+        if self.tty:
+            if now - self._last_print < 0.2:
+                return
+            pad = max(0, self._width - len(text))
+            self.stream.write("\r" + text + " " * pad)
+            self._width = len(text)
+        else:
+            # Plain output: every 10 percentage points, or every `interval` seconds, whichever comes first.
+            crossed = (progress.percent is not None and
+                       (self._last_percent is None or progress.percent // 10 > self._last_percent // 10))
+            if not crossed and now - self._last_print < self.interval:
+                return
+            if progress.percent is not None:
+                self._last_percent = progress.percent
+            self.stream.write(text + "\n")
+        self._last_print = now
+        self.stream.flush()
+
+    def done(self, name: str, seconds: float, ok: bool) -> None:
+        self._finish_line()
+        word = "done" if ok else "FAILED"
+        self.stream.write(f"    {name} {word} in {format_seconds(seconds)}\n")
+        self.stream.flush()
+
+    def _finish_line(self) -> None:
+        if self.tty and self._width:
+            self.stream.write("\n")
+            self._width = 0
+
+
+@dataclass(frozen=True)
+class StepResult:
+    name: str
+    argv: tuple[str, ...]
+    cwd: str
+    env: dict[str, str]
+    seconds: float
+    returncode: int
+    last_percent: float | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "argv": list(self.argv), "cwd": self.cwd, "env": self.env,
+                "seconds": round(self.seconds, 2), "returncode": self.returncode}
+
+
+def run_step(step: PlannedStep, log: Path, printer: StatusPrinter, *, index: int, total: int,
+             known_failures: tuple[KnownFailure, ...] = (), rerun: str = "") -> StepResult:
+    """Run one step, appending its output to ``log``; BuildError (with the log tail) if it fails."""
+    printer.start(index, total, step)
+    env = {**os.environ, **step.env}
+    step.cwd.mkdir(parents=True, exist_ok=True)
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    started = time.monotonic()
+    printer.last_percent = None
+    with log.open("ab") as fh:
+        header = (f"\n### t4patch step {step.name} ({time.strftime('%Y-%m-%d %H:%M:%S')})\n### cwd: {step.cwd}\n"
+                  f"### env: {' '.join(f'{k}={v}' for k, v in sorted(step.env.items()))}\n### argv: {step.argv!r}\n")
+        fh.write(header.encode())
+        fh.flush()
+        try:
+            # Own process group: cmake -> ninja -> nvcc -> cicc can then be stopped together (see below).
+            proc = subprocess.Popen(list(step.argv), cwd=step.cwd, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:
+            printer.done(step.name, time.monotonic() - started, False)
+            raise BuildError(f"step {step.name!r} could not start {step.argv[0]!r} ({exc.strerror}); log: {log}",
+                             hint="run the preflight again: the tool vanished or is not executable") from exc
+        assert proc.stdout is not None
+        pending = b""
+        try:
+            while True:
+                chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(65536)
+                if not chunk:
+                    break
+                fh.write(chunk)
+                fh.flush()  # a killed t4patch must not lose the end of the log
+                pending = _consume(pending + chunk, step, started, printer, tail)
+        except BaseException:
+            # Ctrl-C / SIGTERM (see commands/build.py) / an internal error: never leave the compilers running.
+            stop_process_group(proc)
+            fh.write(f"### t4patch step {step.name}: interrupted after {time.monotonic() - started:.1f}s\n".encode())
+            printer.done(step.name, time.monotonic() - started, False)
+            raise
+        if pending.strip():
+            tail.append(pending.decode("utf-8", "replace"))
+        last_percent = printer.last_percent
+        returncode = proc.wait()
+        seconds = time.monotonic() - started
+        fh.write(f"### t4patch step {step.name}: exit {returncode} after {seconds:.1f}s\n".encode())
+    printer.done(step.name, seconds, returncode == 0)
+    if returncode != 0:
+        stream = printer.stream
+        stream.write(f"---- last {len(tail)} lines of {log} ----\n")
+        for line in tail:
+            stream.write(line + "\n")
+        stream.write("----\n")
+        stream.flush()
+        explanation = match_known_failure(log, known_failures)
+        hint = explanation or f"read {log}, fix the cause, then rerun{': ' + rerun if rerun else ''}"
+        error = BuildError(f"step {step.name!r} failed (exit {returncode}) after {format_seconds(seconds)}; log: {log}",
+                           hint=hint)
+        # The failed step's timing belongs in the build record too (pipeline.execute reads it).
+        error.step_result = StepResult(step.name, step.argv, str(step.cwd), dict(step.env), seconds, returncode,
+                                       printer.last_percent)
+        raise error
+    return StepResult(step.name, step.argv, str(step.cwd), dict(step.env), seconds, returncode, last_percent)
+
+
+def stop_process_group(proc: subprocess.Popen) -> None:
+    """Stop a step and everything it started: SIGTERM, then SIGKILL to what is left after 5 s.
+
+    The step runs in its own process group, but ninja starts every compile in a process group of its own,
+    so a signal to the step's group alone reaches cmake and ninja, not nvcc/cicc. The groups of all
+    descendants (read from /proc before anything is signalled) are therefore signalled too; only processes
+    this step started are touched."""
+    groups = [proc.pid] + [g for g in _descendant_groups(proc.pid) if g != proc.pid]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [g for g in groups if _signal_group(g, sig)]
+        deadline = time.monotonic() + 5.0
+        while alive and time.monotonic() < deadline:
+            proc.poll()  # reap the leader, or its zombie keeps its group "alive"
+            alive = [g for g in alive if _signal_group(g, 0)]
+            if alive:
+                time.sleep(0.05)
+        if not alive:
+            break
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _signal_group(group: int, sig: int) -> bool:
+    """Send ``sig`` to a process group; False when the group no longer exists (or is not ours to signal)."""
+    try:
+        os.killpg(group, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _descendant_groups(pid: int) -> list[int]:
+    """Process groups of every descendant of ``pid`` (Linux /proc; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    groups: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so split after the last ")".
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) < 3:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        groups[int(entry)] = int(fields[2])
+    found: list[int] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        if groups.get(child) is not None and groups[child] not in found:
+            found.append(groups[child])
+        todo.extend(children.get(child, []))
+    return found
+
+
+def _consume(pending: bytes, step: PlannedStep, started: float, printer: StatusPrinter, tail: deque[str]) -> bytes:
+    """Split complete lines off ``pending``, feed them to the tail and the progress display; return the rest."""
+    # Tools redraw progress bars with \r; treat it as a line end so the latest state is seen.
+    parts = re.split(rb"\r\n|\r|\n", pending)
+    rest = parts.pop()
+    for raw in parts:
+        line = raw.decode("utf-8", "replace")
+        if line.strip():
+            tail.append(line)
+        progress = parse_progress(step.progress, line)
+        if progress is not None:
+            if progress.percent is not None:
+                printer.last_percent = progress.percent
+            printer.update(step.name, started, progress)
+    return rest
+
+
+def match_known_failure(log: Path, known_failures: tuple[KnownFailure, ...]) -> str | None:
+    """The explanation of the first known failure whose pattern occurs in the log (last 4 MiB), or None."""
+    if not known_failures:
+        return None
+    with log.open("rb") as fh:
+        size = fh.seek(0, 2)
+        fh.seek(max(0, size - (4 << 20)))
+        text = fh.read().decode("utf-8", "replace")
+    for failure in known_failures:
+        if failure.pattern.search(text):
+            return failure.explanation
+    return None

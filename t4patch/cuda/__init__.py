@@ -1,0 +1,1 @@
+"""CUDA knowledge: GPU architectures, the driver/NVML probe, fatbin and cubin reading, cuobjdump."""

@@ -1,0 +1,38 @@
+"""Where t4patch's data lives: ``patches/``, ``builders/`` and ``verify/``.
+
+In the source tree they sit at the repository root; in a built wheel they are shipped inside the package as
+``t4patch/_data/<name>`` (pyproject's force-include). Code never hard-codes either location: it asks here.
+``T4PATCH_PATCHES`` (or the global ``--patches DIR``) points patch-set lookup at another tree, which is how
+tests use synthetic patch sets and how maintainers try a new set before shipping it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from t4patch.errors import PatchSetError
+
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # .../t4patch
+DATA_KINDS = ("patches", "builders", "verify")
+
+
+def data_dir(kind: str) -> Path:
+    """The directory holding shipped data of ``kind`` (one of DATA_KINDS)."""
+    if kind not in DATA_KINDS:
+        raise ValueError(f"unknown data kind {kind!r}")
+    if kind == "patches" and os.environ.get("T4PATCH_PATCHES"):
+        override = Path(os.environ["T4PATCH_PATCHES"]).expanduser()
+        if not override.is_dir():
+            raise PatchSetError(
+                f"T4PATCH_PATCHES={override}: expected a directory of patch sets, found nothing there",
+                hint="unset T4PATCH_PATCHES to use the patch sets shipped with t4patch",
+            )
+        return override
+    for candidate in (_PACKAGE_DIR / "_data" / kind, _PACKAGE_DIR.parent / kind):
+        if candidate.is_dir():
+            return candidate
+    raise PatchSetError(
+        f"t4patch's {kind}/ data is missing (looked in {_PACKAGE_DIR / '_data'} and {_PACKAGE_DIR.parent})",
+        hint="reinstall t4patch: pip install --force-reinstall t4patch",
+    )

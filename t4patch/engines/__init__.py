@@ -1,0 +1,1 @@
+"""Engine-specific knowledge, one subpackage per engine (``vllm``, ``sglang``) behind one interface."""

@@ -1,0 +1,1 @@
+"""SGLang: attention driver, Marlin module loader, skeleton importer and doctor readiness checks."""

@@ -1,0 +1,157 @@
+"""What SGLang 0.5.23 needs beside it on a Turing GPU, checked from files alone (for `t4patch doctor`).
+
+The patched SGLang runs Marlin through vLLM 0.33.0's compiled kernels below compute capability 8.0. That only
+works when vLLM 0.33.0 is installed in the same environment (with ``--no-deps``: the two pin different torch
+versions) and its ``_C_stable_libtorch.abi3.so`` really carries sm_75 Marlin machine code. Both are checked
+without importing anything: metadata for versions, the CUDA fatbin of the library for the kernels
+(``cuobjdump`` cross-checks when it is on PATH).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from email.parser import Parser
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from t4patch.cuda.cubin import function_names
+from t4patch.environment.target import InstalledDistribution, TargetEnvironment
+from t4patch.errors import T4PatchError
+
+VLLM_FOR_SGLANG = "0.33.0"
+VLLM_LIBRARY = "vllm/_C_stable_libtorch.abi3.so"
+MARLIN_ARCH = 75
+
+
+@dataclass(frozen=True)
+class SglangReadiness:
+    sglang_version: str
+    vllm_version: str | None
+    torch_version: str | None
+    torch_pins: dict[str, str]  # distribution -> its torch requirement
+    library: str | None
+    sm75_marlin_kernels: int | None  # Marlin kernels with sm_75 SASS in vLLM's library
+    sm75_repack_kernels: int | None
+    cuobjdump_sm75_cubins: int | None  # cross-check, when cuobjdump is available
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sglang_version": self.sglang_version,
+            "vllm_version": self.vllm_version,
+            "torch_version": self.torch_version,
+            "torch_pins": self.torch_pins,
+            "vllm_library": self.library,
+            "sm75_marlin_kernels": self.sm75_marlin_kernels,
+            "sm75_repack_kernels": self.sm75_repack_kernels,
+            "cuobjdump_sm75_cubins": self.cuobjdump_sm75_cubins,
+            "warnings": self.warnings,
+        }
+
+
+def torch_requirement(dist: InstalledDistribution) -> str | None:
+    """The distribution's own `Requires-Dist: torch...` line (unconditional ones), or None."""
+    try:
+        metadata = Parser().parsestr((dist.dist_info / "METADATA").read_text(encoding="utf-8"), headersonly=True)
+    except OSError:
+        return None
+    for line in metadata.get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.name == "torch" and (req.marker is None or req.marker.evaluate({"extra": ""})):
+            return str(req.specifier) or "any"
+    return None
+
+
+def count_marlin_kernels(cubins: Iterable[bytes]) -> tuple[int, int]:
+    """(Marlin GEMM kernels, Marlin repack kernels) among the function symbols of the given cubins."""
+    gemm = repack = 0
+    for cubin in cubins:
+        for name in function_names(cubin):
+            if "marlin_repack" in name.lower():
+                repack += 1
+            elif re.search(r"6Marlin[I0-9]|MarlinDefault", name):
+                gemm += 1
+    return gemm, repack
+
+
+def cuobjdump_sm75_cubins(path: str) -> int | None:
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        return None
+    proc = subprocess.run([tool, "--list-elf", path], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        return None
+    return sum(1 for line in proc.stdout.splitlines() if line.rstrip().endswith(".sm_75.cubin"))
+
+
+def check(target: TargetEnvironment) -> SglangReadiness | None:
+    """None when SGLang is not installed in ``target``; otherwise what it has and lacks for Turing."""
+    from t4patch.cuda.fatbin import cuda_architectures, sass_payloads
+
+    sglang = target.find("sglang")
+    if sglang is None:
+        return None
+    vllm = target.find("vllm")
+    torch = target.find("torch")
+    warnings: list[str] = []
+    pins = {d.name: pin for d in (sglang, vllm) if d is not None and (pin := torch_requirement(d))}
+    library = gemm = repack = cross = None
+    if vllm is None:
+        warnings.append(
+            f"vLLM is not installed beside SGLang: below cc 8.0 patched SGLang runs Marlin through vLLM's "
+            f"kernels; install it after SGLang: pip install --no-deps vllm=={VLLM_FOR_SGLANG}"
+        )
+    elif vllm.version != VLLM_FOR_SGLANG:
+        warnings.append(
+            f"vLLM {vllm.version} is installed; the SGLang patch set calls vLLM {VLLM_FOR_SGLANG}'s Marlin API: "
+            f"pip install --no-deps vllm=={VLLM_FOR_SGLANG}"
+        )
+    if vllm is not None:
+        so = vllm.root / VLLM_LIBRARY
+        if not so.is_file():
+            warnings.append(f"{so} is missing: reinstall with {vllm.reinstall_command()}")
+        else:
+            library = str(so)
+            try:
+                gemm, repack = count_marlin_kernels(sass_payloads(so, MARLIN_ARCH))
+            except T4PatchError as exc:
+                # Without a zstd decoder the kernel names cannot be read; the entry headers still say
+                # whether sm_75 machine code is there at all.
+                try:
+                    sm75 = cuda_architectures(so, decode=False).containers_by_sass.get(f"sm_{MARLIN_ARCH}", 0)
+                except T4PatchError:
+                    sm75 = 0
+                warnings.append(
+                    f"could not list the kernels in {so} ({exc.message}); its fatbin has sm_75 SASS in {sm75} "
+                    "containers; to check for Marlin specifically: pip install zstandard"
+                )
+            else:
+                if not gemm or not repack:
+                    warnings.append(
+                        f"{so} has {gemm} sm_75 Marlin GEMM and {repack} repack kernels: this vLLM build cannot run "
+                        f"Marlin on a T4; use the PyPI wheel vllm=={VLLM_FOR_SGLANG}"
+                    )
+            cross = cuobjdump_sm75_cubins(library)
+    sglang_pin = pins.get("sglang")
+    if torch is not None and sglang_pin and sglang_pin != "any":
+        # vLLM's pin (torch==2.14.0) is expected to differ: it is installed with --no-deps and its compiled
+        # library uses only torch's stable C ABI. SGLang's own pin is the one that must hold.
+        if not Requirement(f"torch{sglang_pin}").specifier.contains(torch.version.split("+")[0], prereleases=True):
+            warnings.append(
+                f"torch {torch.version} does not satisfy SGLang's torch{sglang_pin}: reinstall SGLang's torch "
+                f"(pip install 'torch{sglang_pin}'), then vLLM with --no-deps"
+            )
+    elif torch is None:
+        warnings.append("torch is not installed in this environment")
+    return SglangReadiness(
+        sglang.version, vllm.version if vllm else None, torch.version if torch else None, pins, library,
+        gemm, repack, cross, warnings,
+    )

@@ -1,0 +1,61 @@
+"""The human-readable state record: which patch set t4patch applied to a distribution, when, with what.
+
+It lives in the distribution's own ``.dist-info`` directory (``t4patch.json``), so reinstalling the engine
+discards it together with the patched files. The file hashes are the truth; this record only lets `status`
+say when and by which t4patch version a patch set was applied, and it is never trusted over the hashes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from t4patch import __version__
+from t4patch.environment.target import InstalledDistribution
+from t4patch.fileio.atomic import write_json_atomic
+from t4patch.patching.manifest import PatchSet
+
+RECORD_NAME = "t4patch.json"
+RECORD_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class StateRecord:
+    patch_set: str
+    applied_at: str
+    t4patch_version: str
+    raw: dict[str, Any]
+
+
+def write_record(patch_set: PatchSet, dist: InstalledDistribution) -> None:
+    doc = {
+        "schema": RECORD_SCHEMA,
+        "patch_set": patch_set.spec,
+        "applied_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "t4patch_version": __version__,
+        "patches": [p.file for p in patch_set.patches],
+        "files": [
+            {"path": t.path, "pristine_sha256": t.pristine_sha256, "patched_sha256": t.patched_sha256}
+            for t in patch_set.targets
+        ],
+    }
+    write_json_atomic(dist.dist_info / RECORD_NAME, doc)
+
+
+def read_record(dist: InstalledDistribution) -> StateRecord | None:
+    """The record, or None when absent or unreadable (it is informational; hashes decide)."""
+    try:
+        raw = json.loads((dist.dist_info / RECORD_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict) or raw.get("schema") != RECORD_SCHEMA:
+        return None
+    return StateRecord(
+        str(raw.get("patch_set")), str(raw.get("applied_at")), str(raw.get("t4patch_version")), raw
+    )
+
+
+def remove_record(dist: InstalledDistribution) -> None:
+    (dist.dist_info / RECORD_NAME).unlink(missing_ok=True)

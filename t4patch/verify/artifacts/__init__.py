@@ -1,0 +1,1 @@
+"""`verify build`: do built libraries and binaries carry code for the target GPU architecture?"""

@@ -1,0 +1,1 @@
+"""`verify attention`: each engine's Triton attention compiled for a GPU architecture, checked against its limits."""

@@ -1,0 +1,288 @@
+"""`verify attention`: prove, on any machine, whether each engine's Triton attention fits a GPU architecture.
+
+The engine's own launcher (vLLM's ``unified_attention``, SGLang's extend / decode wrappers) is called with the
+model's shapes, so the tiles are the ones the engine really picks on that architecture; every
+``kernel[grid](...)`` it makes is compiled for the architecture instead of run (Triton ships its own ptxas,
+so no GPU is needed), and what the compile needs is compared with the architecture's shared-memory limit.
+
+The work happens in a worker process (:mod:`t4patch.verify.attention.worker`), one per engine, because it
+has to swap Triton's driver and torch's CUDA probes. The worker runs under the target's interpreter with
+``--python`` (its torch and triton, the ones the engine would use) or under this interpreter otherwise (the
+``verify`` extra), with the engine's package always resolved from the target's site-packages. Nothing is
+written into the target: no bytecode (``-B``, ``PYTHONDONTWRITEBYTECODE``), no files; Triton's compile cache
+goes to t4patch's cache directory (``$TRITON_CACHE_DIR`` if set).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from t4patch.environment.target import InstalledDistribution, TargetEnvironment
+from t4patch.errors import (
+    MissingDependencyError,
+    NotInstalledError,
+    T4PatchError,
+    UnsupportedVersionError,
+    UsageError,
+    VerificationError,
+)
+from t4patch.verify.attention.cases import Arch, CaseTable, EngineCases, load_cases
+from t4patch.verify.attention.report import AttentionReport, EngineResult, case_results
+
+WORKER_TIMEOUT_S = 3600
+_PACKAGE_DIR = Path(__file__).resolve().parents[2]  # .../t4patch
+# Runs the worker from this t4patch tree under any interpreter without putting this environment's
+# site-packages (and its torch) on that interpreter's path.
+_BOOTSTRAP = (
+    "import importlib.util, sys\n"
+    "spec = importlib.util.spec_from_file_location('t4patch', {init!r}, submodule_search_locations=[{pkg!r}])\n"
+    "mod = importlib.util.module_from_spec(spec); sys.modules['t4patch'] = mod; spec.loader.exec_module(mod)\n"
+    "from t4patch.verify.attention.worker import main\n"
+    "raise SystemExit(main(sys.argv[1:]))\n"
+)
+# Import names whose pip distribution is spelled differently.
+_PIP_NAMES = {"zmq": "pyzmq", "PIL": "pillow", "yaml": "pyyaml", "cv2": "opencv-python-headless"}
+
+
+@dataclass(frozen=True)
+class EngineTarget:
+    cases: EngineCases
+    dist: InstalledDistribution
+
+
+def default_triton_cache() -> Path:
+    """Where compiled kernels are cached between runs (Triton's own cache format, keyed by source + target)."""
+    if os.environ.get("TRITON_CACHE_DIR"):
+        return Path(os.environ["TRITON_CACHE_DIR"]).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "t4patch" / "triton"
+
+
+def select_engines(names: list[str], table: CaseTable, target: TargetEnvironment) -> list[EngineTarget]:
+    """The engines to verify: the named ones (each must be installed), or every installed one the table knows."""
+    known = {canonicalize_name(e.distribution): e for e in table.engines}
+    if names:
+        chosen = []
+        for name in names:
+            key = canonicalize_name(name.split("==")[0].strip())
+            if key not in known:
+                raise UsageError(
+                    f"verify attention {name}: expected one of {', '.join(sorted(known))}, found no case table for it",
+                    hint=f"t4patch verify attention {' '.join(sorted(known))}",
+                )
+            if key not in [canonicalize_name(c.distribution) for c in chosen]:
+                chosen.append(known[key])
+        required = True
+    else:
+        chosen = list(table.engines)
+        required = False
+    found: list[EngineTarget] = []
+    for engine in chosen:
+        dist = target.find(engine.distribution)
+        if dist is None:
+            if required:
+                raise NotInstalledError(
+                    f"{engine.distribution} is not installed in {target.description}",
+                    hint="point at the serving environment with --python /path/to/venv/bin/python "
+                    "or --site-packages DIR",
+                )
+            continue
+        if dist.version not in engine.versions:
+            if not required:
+                continue
+            raise UnsupportedVersionError(
+                f"{engine.distribution} {dist.version} is installed in {target.description}; verify attention "
+                f"drives {engine.distribution} {', '.join(engine.versions)} only",
+                hint=f"pip install --no-deps {engine.distribution}=={engine.versions[-1]}, or a newer t4patch",
+            )
+        found.append(EngineTarget(engine, dist))
+    if not found:
+        supported = ", ".join(f"{e.distribution} {'/'.join(e.versions)}" for e in table.engines)
+        raise NotInstalledError(
+            f"none of the engines verify attention knows ({supported}) is installed in {target.description}",
+            hint="name the environment: t4patch verify attention --python /path/to/venv/bin/python",
+        )
+    return found
+
+
+def patch_state(dist: InstalledDistribution) -> str | None:
+    """applied / not-applied / partial / foreign for t4patch's patch set of ``dist``; None if there is none."""
+    from t4patch.patching.plan import file_statuses
+    from t4patch.patching.registry import find_patch_set
+
+    try:
+        patch_set = find_patch_set(dist.name, dist.version)
+    except T4PatchError:
+        return None
+    states = {s.state for s in file_statuses(patch_set, dist)}
+    if states == {"patched"}:
+        return "patch set applied"
+    if states == {"pristine"}:
+        return "stock, patch set not applied"
+    if states & {"foreign", "missing"}:
+        return "foreign: files match neither the stock nor the patched hash"
+    return "patch set partially applied"
+
+
+def build_request(
+    engine: EngineTarget, arch: Arch, table: CaseTable, extra_paths: list[str], result_path: Path, cache: Path
+) -> dict[str, Any]:
+    cases = engine.cases
+    return {
+        "engine": {
+            "key": cases.key,
+            "distribution": cases.distribution,
+            "version": engine.dist.version,
+            "driver": cases.driver,
+            "triton_series": cases.triton_series,
+            "files": list(cases.files),
+            "packages": sorted({f.split("/")[0] for f in cases.files}),
+            "settings": dict(cases.settings),
+        },
+        "root": str(engine.dist.root),
+        "extra_paths": extra_paths,
+        "arch": arch.to_json(),
+        "model": table.model.to_json(),
+        "cases": [c.to_json() for c in cases.cases],
+        "triton_cache_dir": str(cache),
+        "result_path": str(result_path),
+    }
+
+
+def run_worker(python: str, request: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    """Run one worker; return its JSON result (a crash without a result becomes a T4PatchError)."""
+    request_path = workdir / "request.json"
+    request_path.write_text(json.dumps(request), encoding="utf-8")
+    code = _BOOTSTRAP.format(init=str(_PACKAGE_DIR / "__init__.py"), pkg=str(_PACKAGE_DIR))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONDONTWRITEBYTECODE="1")
+    try:
+        proc = subprocess.run(
+            [python, "-B", "-c", code, str(request_path)],
+            capture_output=True,
+            text=True,
+            timeout=WORKER_TIMEOUT_S,
+            env=env,
+            cwd=str(workdir),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise T4PatchError(
+            f"verify attention: the compile worker for {request['engine']['distribution']} ran over "
+            f"{WORKER_TIMEOUT_S} s",
+            hint="rerun; compiled kernels are cached, so a second run is much faster",
+        ) from None
+    except OSError as exc:
+        raise T4PatchError(f"verify attention: could not start {python}: {exc}") from None
+    result_path = Path(request["result_path"])
+    if not result_path.exists():
+        tail = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
+        raise T4PatchError(
+            f"verify attention: the compile worker ({python}) exited {proc.returncode} without a result: {tail}",
+            hint="rerun with --debug; if it crashed inside Triton, report it with the versions of torch and triton",
+        )
+    return json.loads(result_path.read_text(encoding="utf-8"))
+
+
+def _raise_worker_error(engine: EngineTarget, python: str, error: dict[str, Any]) -> None:
+    kind = error.get("kind")
+    message = error.get("message", "unknown error")
+    series = engine.cases.triton_series
+    if kind == "missing-dependency":
+        module = error.get("module") or "?"
+        if module in ("torch", "triton"):
+            hint = (
+                f"{python} -m pip install 'triton~={series}.0' && {python} -m pip install torch --index-url "
+                "https://download.pytorch.org/whl/cpu  (a CPU build is enough; plain 'pip install torch' pulls "
+                "a multi-GB CUDA build)"
+            )
+        else:
+            hint = f"{python} -m pip install {_PIP_NAMES.get(module, module)}"
+        raise MissingDependencyError(f"verify attention {engine.cases.distribution}: {message}", hint=hint)
+    if kind == "triton-version":
+        raise MissingDependencyError(
+            f"verify attention {engine.cases.distribution}: {message}",
+            hint=f"{python} -m pip install 'triton~={series}.0'",
+        )
+    if kind == "engine-code":
+        raise VerificationError(
+            f"verify attention {engine.cases.distribution} {engine.dist.version} in {engine.dist.root}: {message}",
+            hint=f"t4patch status {engine.cases.distribution} (a file may have been changed by someone else)",
+        )
+    raise T4PatchError(
+        f"verify attention {engine.cases.distribution}: internal error in the compile worker: {message}",
+        hint="rerun with --debug and report it",
+    )
+
+
+def verify_attention(
+    engine_names: list[str],
+    arch: Arch,
+    target: TargetEnvironment,
+    *,
+    python: str | None = None,
+    site_packages: str | None = None,
+    table: CaseTable | None = None,
+    cache: Path | None = None,
+) -> AttentionReport:
+    """Compile every case of every selected engine for ``arch``; the report says what fits.
+
+    ``python``: run the worker under this interpreter (the target's); default: this interpreter.
+    ``site_packages``: the target directory, added to the worker's path after its own entries so the
+    engine's pure-Python dependencies installed only there are found too.
+    """
+    table = table or load_cases()
+    engines = select_engines(engine_names, table, target)
+    interpreter = python or sys.executable
+    extra = [site_packages] if site_packages else []
+    cache = cache or default_triton_cache()
+    results = []
+    for engine in engines:
+        with tempfile.TemporaryDirectory(prefix="t4patch-verify-") as tmp:
+            workdir = Path(tmp)
+            request = build_request(engine, arch, table, extra, workdir / "result.json", cache)
+            result = run_worker(interpreter, request, workdir)
+        if not result.get("ok"):
+            _raise_worker_error(engine, interpreter, result.get("error", {}))
+        results.append(
+            EngineResult(
+                key=engine.cases.key,
+                distribution=engine.cases.distribution,
+                version=engine.dist.version,
+                site_packages=str(engine.dist.root),
+                patch_state=patch_state(engine.dist),
+                interpreter=interpreter,
+                versions=result.get("versions", {}),
+                loader=result.get("loader", {}),
+                files=result.get("files", {}),
+                cases=case_results(result.get("results", []), engine.cases, table.model, arch),
+                notes=tuple(result.get("notes", [])),
+            )
+        )
+    return AttentionReport(arch=arch, model=table.model, target=target.to_json(), engines=tuple(results))
+
+
+def check(report: AttentionReport) -> None:
+    """Raise VerificationError naming every failed case, or return when all fit."""
+    failures = report.failures()
+    if not failures:
+        return
+    listed = "; ".join(f"{e.distribution} {c.layer}/{c.case}: {c.problems[0]}" for e, c in failures[:4])
+    more = f" (+{len(failures) - 4} more)" if len(failures) > 4 else ""
+    states = {e.patch_state for e, _ in failures}
+    hint = (
+        "t4patch apply " + " ".join(sorted({f"{e.distribution}=={e.version}" for e, _ in failures}))
+        if any(s and s.startswith("stock") for s in states)
+        else "see the table above; the failing launches would raise OutOfResources on this architecture"
+    )
+    raise VerificationError(
+        f"{len(failures)} attention case(s) do not fit {report.arch.name}: {listed}{more}", hint=hint
+    )
