@@ -8,9 +8,9 @@ maintainer makes one: edit a copy, `diff -u`, pin both hashes.
 from __future__ import annotations
 
 import base64
-import json
 import difflib
 import hashlib
+import json
 import sys
 import textwrap
 from dataclasses import dataclass

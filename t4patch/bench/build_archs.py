@@ -254,7 +254,7 @@ def advance(variant: str, plan: BuildPlan, deadline: float, say) -> dict:
             raise BuildError(f"{variant}: configure failed (exit {code}); log: {log}",
                              hint="read the log's last lines, fix the cause, then run the same command again")
         match = None
-        for match in _CMAKE_ARCHS.finditer(log.read_text(errors="replace")):
+        for match in _CMAKE_ARCHS.finditer(log.read_text(errors="replace")):  # noqa: B007 - the last one wins
             pass
         state["configure_seconds"] = round(seconds, 1)
         state["cmake_architectures"] = match.group(1) if match else None

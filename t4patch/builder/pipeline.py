@@ -17,15 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import t4patch
-from t4patch.verify.artifacts.check import ArtifactReport, check_artifacts
 from t4patch.builder.plan import BuildPlan
 from t4patch.builder.preflight import Check
 from t4patch.builder.runner import StatusPrinter, StepResult, run_step
-from t4patch.builder.source import (SourceIdentity, check_reused_clone, identify_directory, resolve_checkout,
-                                  resolve_ref)
+from t4patch.builder.source import SourceIdentity, check_reused_clone, identify_directory, resolve_checkout, resolve_ref
 from t4patch.errors import BuildError, T4PatchError, VerificationError
-from t4patch.fileio.hashing import sha256_file
 from t4patch.fileio.atomic import write_json_atomic
+from t4patch.fileio.hashing import sha256_file
+from t4patch.verify.artifacts.check import ArtifactReport, check_artifacts
 
 RECORD_SCHEMA = 1
 

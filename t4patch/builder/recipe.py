@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from t4patch.data.locations import data_dir
-from t4patch.errors import PatchSetError, UsageError
 from t4patch.data.tomlcompat import tomllib
+from t4patch.errors import PatchSetError, UsageError
 
 RECIPE_SCHEMA = 1
 PLACEHOLDERS = frozenset({"source", "build", "out", "arch", "jobs", "nvcc", "features"})

@@ -9,8 +9,8 @@ from typing import Any, Literal
 from t4patch.cli_options import add_json_option, add_target_options
 from t4patch.environment.target import resolve_target
 from t4patch.errors import UsageError
-from t4patch.patching.execute import environment_locks, execute
 from t4patch.output import emit_json, say
+from t4patch.patching.execute import environment_locks, execute
 from t4patch.patching.plan import Plan, make_plan
 from t4patch.patching.selection import select
 

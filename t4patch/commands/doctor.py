@@ -10,11 +10,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from t4patch.engines.sglang import doctor as sglang_support
 from t4patch.cli_options import add_json_option, add_target_options
 from t4patch.commands.status import engine_status
-from t4patch.environment.target import InstalledDistribution, TargetEnvironment, resolve_target
 from t4patch.cuda.gpu import GpuReport, detect
+from t4patch.engines.sglang import doctor as sglang_support
+from t4patch.environment.target import InstalledDistribution, TargetEnvironment, resolve_target
 from t4patch.output import emit_json, say, table
 from t4patch.patching.registry import engines
 
@@ -79,9 +79,7 @@ def advice(report: GpuReport, pkgs: list[dict[str, Any]], engine_rows: list[dict
     for row in engine_rows:
         if row["state"] in ("not-applied", "partial") and (turing or not report.gpus):
             notes.append(f"{row['engine']} {row['installed_version']} is not patched: t4patch apply {row['patch_set']}")
-        elif row["state"] == "foreign":
-            notes.append(f"{row['engine']}: {row['detail']}")
-        elif row["state"] == "no-patch-set":
+        elif row["state"] == "foreign" or row["state"] == "no-patch-set":
             notes.append(f"{row['engine']}: {row['detail']}")
     for gpu in turing:
         notes.append(f"GPU {gpu.index} ({gpu.name}, {gpu.sm}) has no bf16: serve with --dtype float16")

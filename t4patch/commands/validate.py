@@ -15,8 +15,8 @@ from t4patch.cli_options import add_json_option
 from t4patch.environment.target import parse_record
 from t4patch.errors import PatchSetError
 from t4patch.fileio.hashing import sha256_bytes
-from t4patch.patching.manifest import PatchSet, load_patch_set
 from t4patch.output import emit_json, say
+from t4patch.patching.manifest import PatchSet, load_patch_set
 from t4patch.patching.registry import all_patch_sets
 from t4patch.patching.unified_diff import DiffMismatch, apply_file_diff
 

@@ -44,8 +44,8 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 
 def run(args: argparse.Namespace) -> int:
-    from t4patch.verify.attention.runner import check, verify_attention
     from t4patch.verify.attention.cases import resolve_arch
+    from t4patch.verify.attention.runner import check, verify_attention
 
     arch = resolve_arch(args.arch)
     target = resolve_target(args.python, args.site_packages)

@@ -33,9 +33,9 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 
 def run(args: argparse.Namespace) -> int:
-    from t4patch.verify.artifacts.check import check_artifacts, collect_files, is_binary_candidate, render_report
     from t4patch.builder.plan import CPU, normalize_arch
     from t4patch.errors import UsageError, VerificationError
+    from t4patch.verify.artifacts.check import check_artifacts, collect_files, is_binary_candidate, render_report
 
     for path in args.paths:
         if not path.exists():

@@ -153,6 +153,6 @@ def detect() -> GpuReport:
             gpus = nvml_gpus
     except ImportError:
         problems.append("nvidia-ml-py is not installed (pip install nvidia-ml-py)")
-    except Exception as exc:  # pynvml raises NVMLError subclasses for every driver problem
+    except Exception as exc:  # noqa: BLE001 - pynvml raises NVMLError subclasses for every driver problem
         problems.append(f"NVML unavailable: {exc}")
     return GpuReport(tuple(gpus), driver, cuda_version, tuple(sources), tuple(problems))

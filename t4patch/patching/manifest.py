@@ -16,8 +16,8 @@ from pathlib import Path, PurePosixPath
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from t4patch.errors import PatchSetError
 from t4patch.data.tomlcompat import tomllib
+from t4patch.errors import PatchSetError
 from t4patch.patching.unified_diff import FileDiff, parse_diff
 
 SCHEMA_VERSION = 1

@@ -37,8 +37,9 @@ import time
 import traceback
 import types
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 BOUND = 2e-3
 T4_LIMIT = 65536

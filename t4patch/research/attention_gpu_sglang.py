@@ -36,11 +36,12 @@ import sys
 import time
 import traceback
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from t4patch.research import attention_gpu as gpu
 from t4patch.engines.sglang.attention import DECODE_MODULE, EXTEND_MODULE, UTILS_MODULE, SkeletonFinder, _utils_standin
+from t4patch.research import attention_gpu as gpu
 
 BOUND = gpu.BOUND
 T4_LIMIT = gpu.T4_LIMIT

@@ -22,8 +22,8 @@ from t4patch.cli import main
 from t4patch.environment.target import resolve_target
 from t4patch.errors import MissingDependencyError, VerificationError
 from t4patch.patching.registry import find_patch_set
-from t4patch.verify.attention.runner import check, verify_attention
 from t4patch.verify.attention.cases import load_archs
+from t4patch.verify.attention.runner import check, verify_attention
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ import pytest
 
 from t4patch.builder.recipe import load_recipe, parse_recipe, recipe_names
 from t4patch.data.locations import data_dir
-from t4patch.errors import PatchSetError, UsageError
 from t4patch.data.tomlcompat import tomllib
+from t4patch.errors import PatchSetError, UsageError
 
 
 def _doc(name: str = "llama.cpp") -> dict:

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from test_build_runner import _recipe
 
-from t4patch.verify.artifacts.check import _ARCH, check_file
 from t4patch.builder.pipeline import execute
 from t4patch.builder.plan import plan_build
 from t4patch.builder.recipe import load_recipe
 from t4patch.builder.runner import StatusPrinter
 from t4patch.builder.source import tree_sha256
 from t4patch.errors import BuildError, UsageError
+from t4patch.verify.artifacts.check import _ARCH, check_file
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git not on PATH")
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from test_fatbin import KERNEL, needs_nvcc
 
-from t4patch.verify.artifacts.check import check_artifacts, collect_files
 from t4patch.errors import UsageError, VerificationError
+from t4patch.verify.artifacts.check import check_artifacts, collect_files
 
 NVCC = shutil.which("nvcc")
 

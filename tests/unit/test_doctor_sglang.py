@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-import t4patch.commands.doctor as doctor
 from conftest import make_dist
-from t4patch.cuda.gpu import GpuReport
 from test_doctor import T4
 
+import t4patch.commands.doctor as doctor
+from t4patch.cuda.gpu import GpuReport
 from t4patch.engines.sglang.doctor import count_marlin_kernels
 
 

@@ -71,9 +71,8 @@ def test_lock_is_exclusive_and_times_out(tmp_path):
     thread.start()
     holder_ready.wait(5)
     try:
-        with pytest.raises(LockBusyError, match="another t4patch run"):
-            with environment_lock(tmp_path, timeout_s=0.2):
-                pass
+        with pytest.raises(LockBusyError, match="another t4patch run"), environment_lock(tmp_path, timeout_s=0.2):
+            pass
     finally:
         release.set()
         thread.join()

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from t4patch.errors import VerificationError
 from t4patch.cuda.fatbin import (
     FATBIN_MAGIC,
     FLAG_LZ4,
     cuda_architectures,
     lz4_block_decompress,
 )
+from t4patch.errors import VerificationError
 
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: the CUDA toolkit compiler is needed to "

@@ -12,11 +12,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from t4patch.engines.sglang import marlin as sglang_loader  # noqa: E402
+from t4patch.engines.vllm import marlin as vllm_lib  # noqa: E402
 from t4patch.environment.target import resolve_target  # noqa: E402
 from t4patch.errors import ForeignFileError, MissingDependencyError, NotAppliedError  # noqa: E402
 from t4patch.patching.registry import find_patch_set  # noqa: E402
-from t4patch.engines.sglang import marlin as sglang_loader  # noqa: E402
-from t4patch.engines.vllm import marlin as vllm_lib  # noqa: E402
 from t4patch.verify.marlin import providers  # noqa: E402
 
 

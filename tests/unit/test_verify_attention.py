@@ -26,9 +26,9 @@ from t4patch.errors import (
     VerificationError,
 )
 from t4patch.verify.attention import runner as attention_mod
-from t4patch.verify.attention.runner import _raise_worker_error, check, run_worker, select_engines
 from t4patch.verify.attention.cases import load_archs, load_cases, resolve_arch
 from t4patch.verify.attention.report import AttentionReport, EngineResult, case_results
+from t4patch.verify.attention.runner import _raise_worker_error, check, run_worker, select_engines
 
 # --------------------------------------------------------------------------------------------- shipped data
 

@@ -26,8 +26,8 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from t4patch.errors import MissingDependencyError
 from t4patch.engines.sglang.skeleton import SkeletonFinder
+from t4patch.errors import MissingDependencyError
 
 GEMM_MODULE = "sglang.kernels.ops.gemm.gptq_marlin"
 REPACK_MODULE = "sglang.kernels.ops.quantization.gptq_marlin_repack"

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from t4patch.data.locations import data_dir
+from t4patch.data.tomlcompat import tomllib
 from t4patch.errors import MissingDependencyError, PatchSetError
 from t4patch.fileio.hashing import sha256_file
-from t4patch.data.tomlcompat import tomllib
 
 LIBRARY_NAME = "_C_stable_libtorch.abi3.so"
 REQUIRED_OPS = ("marlin_gemm", "gptq_marlin_repack")

@@ -12,10 +12,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from t4patch.engines.sglang.marlin import SGLangJitCalled
 from t4patch.verify.marlin import layout, metrics, quant, timing
 from t4patch.verify.marlin.config import Tolerances
 from t4patch.verify.marlin.providers import VIA_VLLM_ENV, MarlinProvider
-from t4patch.engines.sglang.marlin import SGLangJitCalled
 from t4patch.verify.marlin.shapes import LinearShape
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ reported at the (k, n) of the weight it belongs to.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ PERM_BLOCK = 1024  # codes per permutation block: four 16 x 16 tiles
 _INTERLEAVE_4BIT = (0, 2, 4, 6, 1, 3, 5, 7)
 
 
-@lru_cache(maxsize=None)
+@cache
 def weight_perm_4bit() -> tuple[int, ...]:
     """The 1024-entry permutation of one block of four tiles (4-bit weights, fp16 activations)."""
     perm: list[int] = []
@@ -49,7 +49,7 @@ def weight_perm_4bit() -> tuple[int, ...]:
     return tuple(interleaved)
 
 
-@lru_cache(maxsize=None)
+@cache
 def scale_perms() -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(grouped, per-channel) scale permutations: 64 and 32 entries."""
     grouped = tuple(i + 8 * j for i in range(8) for j in range(8))

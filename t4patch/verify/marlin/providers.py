@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from t4patch.engines.sglang import marlin as sglang_loader
+from t4patch.engines.vllm import marlin as vllm_lib
 from t4patch.environment.target import TargetEnvironment
 from t4patch.errors import ForeignFileError, MissingDependencyError, NotAppliedError
 from t4patch.fileio.hashing import sha256_file
-from t4patch.engines.sglang import marlin as sglang_loader
-from t4patch.engines.vllm import marlin as vllm_lib
 from t4patch.verify.marlin.scalar_type import UINT4B8
 
 if TYPE_CHECKING:
@@ -44,12 +44,12 @@ GemmFn = Callable[..., "torch.Tensor"]
 @dataclass(frozen=True)
 class MarlinProvider:
     name: str
-    repack: Callable[["torch.Tensor", int, int], "torch.Tensor"]
+    repack: Callable[[torch.Tensor, int, int], torch.Tensor]
     gemm: GemmFn
-    make_workspace: Callable[["torch.device"], "torch.Tensor"]
+    make_workspace: Callable[[torch.device], torch.Tensor]
     info: dict[str, Any]
     direct_gemm: GemmFn | None = None  # sglang: the vLLM op the redirect must forward to
-    direct_workspace: Callable[["torch.device"], "torch.Tensor"] | None = None
+    direct_workspace: Callable[[torch.device], torch.Tensor] | None = None
     raw: dict[str, Any] = field(default_factory=dict)  # engine callables for probes (act-order)
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from t4patch.data.locations import data_dir
-from t4patch.errors import PatchSetError, UsageError
 from t4patch.data.tomlcompat import tomllib
+from t4patch.errors import PatchSetError, UsageError
 
 SCHEMA_VERSION = 1
 # Marlin's tile constraints for uint4b8 with fp16 activations (SGLang marlin_utils.py:161-210, vLLM
