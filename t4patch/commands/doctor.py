@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from t4patch.cli_options import add_json_option, add_target_options
-from t4patch.commands.status import engine_status
 from t4patch.cuda.gpu import GpuReport, detect
 from t4patch.engines.sglang import doctor as sglang_support
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment, resolve_target
 from t4patch.output import emit_json, say, table
 from t4patch.patching.registry import engines
+from t4patch.patching.status import engine_status
 
 # Distributions that decide whether an engine runs on Turing, in the order users think about them.
 WATCHED = ("vllm", "sglang", "sglang-kernel", "torch", "triton", "flashinfer-python", "nvidia-ml-py")

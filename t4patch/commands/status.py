@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
-from typing import Any
 
 from packaging.utils import canonicalize_name
 
 from t4patch.cli_options import add_json_option, add_target_options
-from t4patch.environment.target import InstalledDistribution, TargetEnvironment, resolve_target
-from t4patch.errors import NotAppliedError, NotInstalledError, T4PatchError
+from t4patch.environment.target import TargetEnvironment, resolve_target
+from t4patch.errors import NotAppliedError, NotInstalledError
 from t4patch.output import emit_json, say, table
-from t4patch.patching.plan import FileStatus, file_statuses
-from t4patch.patching.registry import engines, find_patch_set
+from t4patch.patching.registry import engines
 from t4patch.patching.selection import parse_spec
 from t4patch.patching.state import read_record
+from t4patch.patching.status import EngineStatus, engine_status
 
 
 def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -35,63 +33,6 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     add_json_option(parser)
     parser.set_defaults(func=run)
     return parser
-
-
-@dataclass(frozen=True)
-class EngineStatus:
-    name: str
-    installed: InstalledDistribution | None
-    patch_set: str | None
-    overall: str  # applied | not-applied | partial | foreign | not-installed | no-patch-set
-    files: tuple[FileStatus, ...]
-    detail: str
-
-    def to_json(self) -> dict[str, Any]:
-        record = read_record(self.installed) if self.installed and self.overall != "not-installed" else None
-        return {
-            "engine": self.name,
-            "installed_version": self.installed.version if self.installed else None,
-            "site_packages": str(self.installed.root) if self.installed else None,
-            "patch_set": self.patch_set,
-            "state": self.overall,
-            "detail": self.detail,
-            "files": [
-                {"path": f.target.path, "state": f.state, "sha256": f.sha256,
-                 "pristine_sha256": f.target.pristine_sha256, "patched_sha256": f.target.patched_sha256}
-                for f in self.files
-            ],
-            "record": record.raw if record else None,
-        }
-
-
-def summarise(files: tuple[FileStatus, ...]) -> str:
-    states = {f.state for f in files}
-    if states == {"patched"}:
-        return "applied"
-    if states == {"pristine"}:
-        return "not-applied"
-    if states & {"foreign", "missing"}:
-        return "foreign"
-    return "partial"
-
-
-def engine_status(name: str, target: TargetEnvironment) -> EngineStatus:
-    dist = target.find(name)
-    if dist is None:
-        return EngineStatus(name, None, None, "not-installed", (), f"not installed in {target.description}")
-    try:
-        patch_set = find_patch_set(name, dist.version)
-    except T4PatchError as exc:
-        return EngineStatus(name, dist, None, "no-patch-set", (), exc.message)
-    files = file_statuses(patch_set, dist)
-    overall = summarise(files)
-    detail = {
-        "applied": "every file matches its patched sha256",
-        "not-applied": "every file matches its pristine (released) sha256",
-        "partial": "some files patched, some pristine: run t4patch apply again to finish",
-        "foreign": f"a file matches neither hash: reinstall with {dist.reinstall_command()}",
-    }[overall]
-    return EngineStatus(name, dist, patch_set.spec, overall, files, detail)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -53,6 +53,20 @@ class Target:
 
 
 @dataclass(frozen=True)
+class Companion:
+    """Another distribution the patched engine needs beside it (``[[requires]]``), at exactly one release."""
+
+    distribution: str  # canonical name
+    version: str
+    why: str
+    library: str | None = None  # a compiled library of the companion the patched code loads, relative to site-packages
+
+    @property
+    def spec(self) -> str:
+        return f"{self.distribution}=={self.version}"
+
+
+@dataclass(frozen=True)
 class PatchSet:
     distribution: str  # canonical name
     version: str
@@ -61,6 +75,7 @@ class PatchSet:
     patches: tuple[Patch, ...]
     targets: tuple[Target, ...]
     directory: Path
+    requires: tuple[Companion, ...] = ()
 
     @property
     def spec(self) -> str:
@@ -147,7 +162,30 @@ def load_patch_set(directory: Path) -> PatchSet:
     if stray:
         raise _fail(directory, f"files not listed in the manifest: {stray}")
 
-    return PatchSet(distribution, version, packages, summary, patches, targets, directory)
+    requires = _load_requires(raw.get("requires", []), manifest_path, distribution)
+    return PatchSet(distribution, version, packages, summary, patches, targets, directory, requires)
+
+
+def _load_requires(entries: object, manifest_path: Path, distribution: str) -> tuple[Companion, ...]:
+    if not isinstance(entries, list):
+        raise _fail(manifest_path, "expected [[requires]] tables")
+    companions: list[Companion] = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise _fail(manifest_path, "a [[requires]] entry is not a table")
+        name = canonicalize_name(_require_str(entry, "distribution", manifest_path))
+        if name == distribution:
+            raise _fail(manifest_path, f"[[requires]] names the patched distribution {name} itself")
+        version = _require_str(entry, "version", manifest_path)
+        try:
+            Version(version)
+        except InvalidVersion:
+            raise _fail(manifest_path, f"[[requires]] {name}: version {version!r} is not a PEP 440 version") from None
+        library = entry.get("library")
+        if library is not None and not (isinstance(library, str) and library.strip()):
+            raise _fail(manifest_path, f"[[requires]] {name}: library must be a non-empty string")
+        companions.append(Companion(name, version, _require_str(entry, "why", manifest_path), library))
+    return tuple(companions)
 
 
 def _load_patches(

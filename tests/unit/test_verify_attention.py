@@ -28,7 +28,7 @@ from t4patch.errors import (
 from t4patch.verify.attention import runner as attention_mod
 from t4patch.verify.attention.cases import load_archs, load_cases, resolve_arch
 from t4patch.verify.attention.report import AttentionReport, EngineResult, case_results
-from t4patch.verify.attention.runner import _raise_worker_error, check, run_worker, select_engines
+from t4patch.verify.attention.runner import PATCH_STATE_TEXT, _raise_worker_error, check, run_worker, select_engines
 
 # --------------------------------------------------------------------------------------------- shipped data
 
@@ -207,6 +207,7 @@ def worker_results(full_2d_shared: int, full_path_prefill: str = "2d") -> list[d
 def report_for(results: list[dict], state: str = "stock, patch set not applied") -> AttentionReport:
     engine = EngineResult(
         key="vllm", distribution="vllm", version="0.33.0", site_packages="/site", patch_state=state,
+        patch_overall={v: k for k, v in PATCH_STATE_TEXT.items()}.get(state),
         interpreter="/usr/bin/python3", versions={"python": "3.11", "torch": "2.13.0+cpu", "triton": "3.8.0"},
         loader={"route": "real package import"}, files={"vllm/x.py": "ab" * 32},
         cases=case_results(results, VLLM, TABLE.model, SM75),

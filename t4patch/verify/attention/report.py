@@ -96,13 +96,14 @@ class EngineResult:
     distribution: str
     version: str
     site_packages: str
-    patch_state: str | None  # applied / not-applied / partial / foreign, None when t4patch has no patch set
+    patch_state: str | None  # a sentence for people (PATCH_STATE_TEXT), None when t4patch has no patch set
     interpreter: str
     versions: dict[str, Any]
     loader: dict[str, Any]
     files: dict[str, str | None]
     cases: tuple[CaseResult, ...]
     notes: tuple[str, ...] = ()
+    patch_overall: str | None = None  # the status model's state: applied / not-applied / partial / foreign
 
     @property
     def ok(self) -> bool:

@@ -114,23 +114,21 @@ def select_engines(names: list[str], table: CaseTable, target: TargetEnvironment
     return found
 
 
-def patch_state(dist: InstalledDistribution) -> str | None:
-    """applied / not-applied / partial / foreign for t4patch's patch set of ``dist``; None if there is none."""
-    from t4patch.patching.plan import file_statuses
-    from t4patch.patching.registry import find_patch_set
+# What the status model's per-engine state means for an attention verdict, in the words the report prints.
+PATCH_STATE_TEXT = {
+    "applied": "patch set applied",
+    "not-applied": "stock, patch set not applied",
+    "foreign": "foreign: files match neither the stock nor the patched hash",
+    "partial": "patch set partially applied",
+}
 
-    try:
-        patch_set = find_patch_set(dist.name, dist.version)
-    except T4PatchError:
-        return None
-    states = {s.state for s in file_statuses(patch_set, dist)}
-    if states == {"patched"}:
-        return "patch set applied"
-    if states == {"pristine"}:
-        return "stock, patch set not applied"
-    if states & {"foreign", "missing"}:
-        return "foreign: files match neither the stock nor the patched hash"
-    return "patch set partially applied"
+
+def patch_overall(dist: InstalledDistribution, target: TargetEnvironment) -> str | None:
+    """The status model's state of ``dist``'s patch set (applied, not-applied, ...); None if there is none."""
+    from t4patch.patching.status import engine_status
+
+    status = engine_status(dist.name, target)
+    return status.overall if status.overall in PATCH_STATE_TEXT else None
 
 
 def build_request(
@@ -250,6 +248,7 @@ def verify_attention(
             workdir = Path(tmp)
             request = build_request(engine, arch, table, extra, workdir / "result.json", cache)
             result = run_worker(interpreter, request, workdir)
+        overall = patch_overall(engine.dist, target)
         if not result.get("ok"):
             _raise_worker_error(engine, interpreter, result.get("error", {}))
         results.append(
@@ -258,7 +257,8 @@ def verify_attention(
                 distribution=engine.cases.distribution,
                 version=engine.dist.version,
                 site_packages=str(engine.dist.root),
-                patch_state=patch_state(engine.dist),
+                patch_state=PATCH_STATE_TEXT.get(overall or ""),
+                patch_overall=overall,
                 interpreter=interpreter,
                 versions=result.get("versions", {}),
                 loader=result.get("loader", {}),
@@ -277,10 +277,10 @@ def check(report: AttentionReport) -> None:
         return
     listed = "; ".join(f"{e.distribution} {c.layer}/{c.case}: {c.problems[0]}" for e, c in failures[:4])
     more = f" (+{len(failures) - 4} more)" if len(failures) > 4 else ""
-    states = {e.patch_state for e, _ in failures}
+    states = {e.patch_overall for e, _ in failures}
     hint = (
         "t4patch apply " + " ".join(sorted({f"{e.distribution}=={e.version}" for e, _ in failures}))
-        if any(s and s.startswith("stock") for s in states)
+        if states & {"not-applied", "partial"}
         else "see the table above; the failing launches would raise OutOfResources on this architecture"
     )
     raise VerificationError(
