@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 
 from t4patch.cli_options import add_json_option, add_target_options
-from t4patch.commands.apply import run_operation
+from t4patch.environment.target import resolve_target
+from t4patch.output import emit_json, say
+from t4patch.patching import operation
 
 
 def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -24,4 +26,11 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_operation(args, "revert")
+    target = resolve_target(args.python, args.site_packages)
+    result = operation.run(args.specs, target, "revert", dry_run=args.dry_run)
+    if args.json:
+        emit_json("revert", {"target": target.to_json(), "results": [result.describe(p) for p in result.plans]})
+    else:
+        for line in result.lines():
+            say(line)
+    return 0

@@ -1,21 +1,105 @@
-"""Write a JSON document so that a reader never sees half of it.
+"""The one way t4patch replaces a file: a reader sees the old bytes or the new ones, never half of either.
 
-The state record (status, revert), the build record (verify build) and the benchmark's state (a resumed run)
-are all read back by later runs: a crash mid-write must leave the previous document or the new one, never a
-truncated file. Written next to the target as ``NAME.tmp`` and renamed over it (same directory, same
-filesystem, so the rename is atomic).
+Patched engine files, the state record, the build record and the benchmark's state are all read back later
+(by Python importing the engine, by `status`, by a resumed run), so a crash mid-write must leave the previous
+file or the new one. Every writer goes through :func:`write_bytes_atomic`: the new bytes go to a temp file in
+the same directory (same filesystem, so the rename is atomic), created with ``O_EXCL | O_NOFOLLOW`` under an
+unpredictable name (a leftover or planted symlink is never followed), given the old file's mode, owner and
+group, fsynced, renamed over the target with ``os.replace``, and the directory is fsynced so the rename itself
+survives a power cut. Temp names end in :data:`TEMP_SUFFIX`, so a killed run's leftovers can be found.
+
+The patching core also uses the lower-level steps (:func:`create_temp`, :func:`fsync_dir`) to stage a whole
+patch set before renaming any of it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+import stat
 from pathlib import Path
 from typing import Any
 
+TEMP_SUFFIX = ".t4patch-tmp"
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def temp_path(path: Path, token: str | None = None, suffix: str = TEMP_SUFFIX) -> Path:
+    """A hidden sibling of ``path`` that nobody can guess: ``.<name>.<token><suffix>``."""
+    return path.with_name(f".{path.name}.{token or secrets.token_hex(8)}{suffix}")
+
+
+def _apply_ownership(fd: int, like: os.stat_result | None) -> None:
+    """Give the file behind ``fd`` the mode, owner and group of ``like`` (the file it will replace)."""
+    if like is None:
+        return  # a new file: the mode os.open gave it (0o666 minus the umask) is what any writer would get
+    os.fchmod(fd, stat.S_IMODE(like.st_mode))
+    current = os.fstat(fd)
+    if (current.st_uid, current.st_gid) != (like.st_uid, like.st_gid):
+        try:
+            os.fchown(fd, like.st_uid, like.st_gid)
+        except PermissionError:
+            # Only root may give a file away; an unprivileged writer of a file it could replace keeps its own
+            # uid but still tries its group (a group it belongs to).
+            try:
+                os.fchown(fd, -1, like.st_gid)
+            except PermissionError:
+                pass
+
+
+def existing_stat(path: Path) -> os.stat_result | None:
+    """The stat of the file ``path`` names (following a file symlink, as a reader would), or None if absent."""
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        return None
+
+
+def create_temp(path: Path, data: bytes, *, like: os.stat_result | None, token: str | None = None,
+                suffix: str = TEMP_SUFFIX) -> Path:
+    """Write ``data`` to a new temp sibling of ``path`` with ``like``'s mode and owner, fsynced; return it.
+
+    The temp is removed again if anything fails, so an error leaves nothing behind.
+    """
+    tmp = temp_path(path, token, suffix)
+    fd = os.open(tmp, _CREATE_FLAGS, 0o666)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            _apply_ownership(fd, like)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make the renames and unlinks done in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` (or create it) with ``data``, atomically and durably, keeping mode, owner and group."""
+    tmp = create_temp(path, data, like=existing_stat(path))
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
 
 def write_json_atomic(path: Path, doc: Any) -> None:
-    """Replace ``path`` with ``doc`` as indented JSON plus a final newline."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    """Replace ``path`` with ``doc`` as indented JSON plus a final newline (see :func:`write_bytes_atomic`)."""
+    write_bytes_atomic(path, (json.dumps(doc, indent=2) + "\n").encode("utf-8"))

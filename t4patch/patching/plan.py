@@ -109,13 +109,22 @@ def check_against_record(patch_set: PatchSet, dist: InstalledDistribution) -> No
             )
 
 
-def _transform(patch_set: PatchSet, status: FileStatus, data: bytes, operation: Operation) -> bytes:
-    diffs = patch_set.diffs_for(status.target.path)
+def transform_bytes(patch_set: PatchSet, path: str, data: bytes, operation: Operation) -> bytes:
+    """``data`` with every diff for ``path`` applied (apply) or reversed last-first (revert).
+
+    Raises :class:`~t4patch.patching.unified_diff.DiffMismatch` if a hunk does not fit exactly.
+    """
+    diffs = patch_set.diffs_for(path)
     if operation == "revert":
         diffs = list(reversed(diffs))
+    for diff in diffs:
+        data = apply_file_diff(data, diff, reverse=(operation == "revert"))
+    return data
+
+
+def _transform(patch_set: PatchSet, status: FileStatus, data: bytes, operation: Operation) -> bytes:
     try:
-        for diff in diffs:
-            data = apply_file_diff(data, diff, reverse=(operation == "revert"))
+        data = transform_bytes(patch_set, status.target.path, data, operation)
     except DiffMismatch as exc:
         raise PatchSetError(
             f"{patch_set.spec}: the diff does not fit the file its hash vouches for ({exc})",

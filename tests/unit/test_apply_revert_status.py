@@ -191,7 +191,7 @@ def test_json_errors_are_documents_too(env, cli):
 def test_write_failure_midway_restores_everything(env, cli, monkeypatch):
     import t4patch.patching.execute as execute
 
-    real = execute.atomic_write
+    real = execute.write_bytes_atomic
     calls = []
 
     def flaky(path, data):
@@ -200,7 +200,7 @@ def test_write_failure_midway_restores_everything(env, cli, monkeypatch):
             raise OSError(28, "No space left on device", str(path))
         real(path, data)
 
-    monkeypatch.setattr(execute, "atomic_write", flaky)
+    monkeypatch.setattr(execute, "write_bytes_atomic", flaky)
     snapshot = env.snapshot()
     result = cli("apply", "fakeengine", *site_args(env))
     assert result.code == 3, result.err
@@ -220,4 +220,28 @@ def test_unwritable_package_dir_is_refused_before_writing(env, cli, monkeypatch)
     snapshot = env.snapshot()
     result = cli("apply", "fakeengine", *site_args(env))
     assert result.code == 3 and "nothing was written" in result.err and str(pkg) in result.err
+    assert env.snapshot() == snapshot
+
+
+def test_only_plans_made_under_the_lock_can_be_written(env):
+    """The core's API: a plan made outside the lock (a dry run's) cannot be committed, nor one whose lock ended."""
+    import pytest
+
+    from t4patch.environment.target import resolve_target
+    from t4patch.patching.execute import commit, locked
+    from t4patch.patching.plan import make_plan
+    from t4patch.patching.selection import select
+
+    selection = select("fakeengine", resolve_target(site_packages=str(env.site)))
+    snapshot = env.snapshot()
+    unlocked = make_plan(selection.patch_set, selection.distribution, "apply")
+    with locked([selection.distribution.root]) as lease:
+        with pytest.raises(RuntimeError, match="not made under this lease"):
+            commit(lease, [unlocked])
+        planned = lease.plan(selection.patch_set, selection.distribution, "apply")
+    assert env.snapshot() == snapshot
+    with pytest.raises(RuntimeError, match="not made under this lease"):
+        commit(lease, [planned])
+    with pytest.raises(RuntimeError, match="lease has ended"):
+        lease.plan(selection.patch_set, selection.distribution, "apply")
     assert env.snapshot() == snapshot

@@ -1,0 +1,100 @@
+"""The apply/revert use case: select → lock → plan → write, as one call with a typed result.
+
+This is the only entry point commands use to change an environment. :func:`perform` takes the lock on every
+site-packages involved, plans every file *under* it (through the lock's lease, see
+:mod:`t4patch.patching.execute`) and commits; :func:`preview` plans without the lock for ``--dry-run`` and
+has no way to write. apply and revert are the same operation in two directions, so both commands call here
+and neither imports the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from t4patch.environment.target import TargetEnvironment
+from t4patch.errors import UsageError
+from t4patch.patching.execute import commit, locked
+from t4patch.patching.plan import Operation, Plan, make_plan
+from t4patch.patching.selection import Selection, select
+
+
+@dataclass(frozen=True)
+class OperationResult:
+    """What an apply or revert did (or, for a dry run, would do) to each selected engine."""
+
+    operation: Operation
+    dry_run: bool
+    plans: tuple[Plan, ...]
+    written: tuple[Path, ...]  # files replaced (empty for a dry run or when everything was already done)
+
+    def describe(self, plan: Plan) -> dict[str, Any]:
+        """One engine's result as the ``--json`` document's ``results`` entry."""
+        return {
+            "patch_set": plan.patch_set.spec,
+            "operation": plan.operation,
+            "site_packages": str(plan.distribution.root),
+            "already_done": plan.is_noop,
+            "dry_run": self.dry_run,
+            "files": [
+                {
+                    "path": s.target.path,
+                    "state_before": s.state,
+                    "action": "write" if any(c.status is s for c in plan.changes) else "none",
+                }
+                for s in plan.statuses
+            ],
+            **({"diff": diff_text(plan)} if self.dry_run else {}),
+        }
+
+    def lines(self) -> list[str]:
+        """The human report: one line per engine (plus the diff for a dry run)."""
+        out = []
+        for plan in self.plans:
+            spec = plan.patch_set.spec
+            if plan.is_noop:
+                out.append(f"{spec}: already {'applied' if self.operation == 'apply' else 'pristine'}, nothing to do")
+            elif self.dry_run:
+                out.append(
+                    f"{spec}: would {self.operation} {len(plan.changes)} file(s) in {plan.distribution.root} (dry run)"
+                )
+                out.append(diff_text(plan).rstrip("\n"))
+            else:
+                verb = "applied" if self.operation == "apply" else "reverted"
+                out.append(f"{spec}: {verb}, {len(plan.changes)} file(s) written in {plan.distribution.root}")
+        return out
+
+
+def diff_text(plan: Plan) -> str:
+    return "".join(c.unified_diff(plan.operation) for c in plan.changes)
+
+
+def select_all(specs: Sequence[str], target: TargetEnvironment) -> list[Selection]:
+    """Resolve every spec in ``target``; an engine named twice is a usage error."""
+    selections = [select(spec, target) for spec in specs]
+    names = [s.distribution.name for s in selections]
+    if len(set(names)) != len(names):
+        raise UsageError(f"an engine is named twice: {', '.join(specs)}")
+    return selections
+
+
+def preview(specs: Sequence[str], target: TargetEnvironment, operation: Operation) -> OperationResult:
+    """Plan ``operation`` without the lock and without writing (``--dry-run``)."""
+    plans = tuple(make_plan(s.patch_set, s.distribution, operation) for s in select_all(specs, target))
+    return OperationResult(operation, True, plans, ())
+
+
+def perform(specs: Sequence[str], target: TargetEnvironment, operation: Operation) -> OperationResult:
+    """Lock the site-packages of every selected engine, plan each under the lock, then write all or nothing."""
+    selections = select_all(specs, target)
+    with locked([s.distribution.root for s in selections]) as lease:
+        plans = tuple(lease.plan(s.patch_set, s.distribution, operation) for s in selections)
+        written = commit(lease, plans)
+    return OperationResult(operation, False, plans, tuple(written))
+
+
+def run(specs: Sequence[str], target: TargetEnvironment, operation: Operation, *, dry_run: bool) -> OperationResult:
+    """:func:`preview` for a dry run, else :func:`perform`."""
+    return preview(specs, target, operation) if dry_run else perform(specs, target, operation)
