@@ -37,10 +37,7 @@ ENGINE_PAGES = ("vllm", "sglang", "llama.cpp", "mistral.rs", "pytorch-int4", "li
 
 # Pages that still point at ../shared (outside the repository), with why they are tolerated for now. Each
 # entry must really contain such a pointer, so a fixed page has to leave this list.
-SHARED_POINTER_ALLOWED = {
-    "docs/verification/attention-splitk-scratch.md": "verification record edited by the package restructure; "
-    "its 'The suspicion (shared/research/...)' heading predates the no-shared rule",
-}
+SHARED_POINTER_ALLOWED: dict[str, str] = {}
 
 
 @dataclass
