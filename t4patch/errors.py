@@ -111,6 +111,13 @@ class BuildError(T4PatchError):
     exit_code = 15
 
 
+class DataFileError(T4PatchError):
+    """A data file shipped with t4patch outside patch sets (build recipe, GPU table, verification table) is
+    invalid: a defect of t4patch's data or of a local edit, not of the user's environment."""
+
+    exit_code = 16
+
+
 EXIT_CODES: dict[str, int] = {
     cls.__name__: cls.exit_code
     for cls in (
@@ -129,5 +136,6 @@ EXIT_CODES: dict[str, int] = {
         DeterminismError,
         ToolMissingError,
         BuildError,
+        DataFileError,
     )
 }

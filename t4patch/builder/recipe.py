@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from t4patch.data.locations import data_dir
-from t4patch.data.tomlcompat import tomllib
-from t4patch.errors import PatchSetError, UsageError
+from t4patch.data.reader import Bool, DataKind, Int, ListOf, MapOf, Number, Str, Table, check, optional, read
+from t4patch.errors import DataFileError, T4PatchError, UsageError
 
-RECIPE_SCHEMA = 1
+RECIPE_SCHEMA_VERSION = 1
 PLACEHOLDERS = frozenset({"source", "build", "out", "arch", "jobs", "nvcc", "features"})
 PROGRESS_KINDS = frozenset({"cmake", "ninja", "make", "cargo", "git", "none"})
 REQUIREMENTS = frozenset({"sass", "ptx-text"})
@@ -91,209 +91,208 @@ def load_recipe(name: str) -> Recipe:
     return load_recipe_file(path)
 
 
+RECIPE = DataKind(
+    label="build recipe",
+    error=DataFileError,
+    hint="fix the recipe (see docs/build.md, 'Recipe format'), or reinstall t4patch",
+)
+_STRINGS = ListOf(Str())
+
+# A recipe file, stated once; the strict reader refuses unknown keys, wrong types and missing keys.
+RECIPE_SCHEMA = Table(
+    {
+        "schema": Int(),
+        "name": Str(),
+        "summary": Str(),
+        "repository": Str(),
+        "default_ref": Str(),
+        "build_dir": Str(),
+        "min_free_gib": Number(),
+        "cpu_variant": optional(Bool()),
+        "source_markers": optional(_STRINGS),
+        "tools": optional(MapOf(Str())),  # always needed: tool -> minimum version
+        "cuda": optional(
+            Table(
+                {
+                    "tools": optional(MapOf(Str())),
+                    "libraries": optional(_STRINGS),
+                    "nvcc_on_path": optional(Bool()),
+                }
+            )
+        ),
+        "step": ListOf(
+            Table(
+                {
+                    "name": Str(),
+                    "argv": ListOf(Str(), nonempty=True),
+                    "cuda_argv": optional(_STRINGS),
+                    "cpu_argv": optional(_STRINGS),
+                    "progress": optional(Str()),
+                    "cwd": optional(Str()),
+                }
+            ),
+            nonempty=True,
+        ),
+        "env": optional(MapOf(Str(nonempty=False))),
+        "cuda_env": optional(MapOf(Str(nonempty=False))),
+        "artifacts": Table({"files": _STRINGS, "cuda": optional(_STRINGS), "require": optional(_STRINGS)}),
+        "features": optional(
+            Table(
+                {
+                    "cuda": optional(_STRINGS),
+                    "optional": optional(_STRINGS),
+                    "min_arch": optional(MapOf(Int())),
+                    "libraries": optional(MapOf(_STRINGS)),
+                }
+            )
+        ),
+        "known_failure": optional(ListOf(Table({"pattern": Str(), "explanation": Str()}))),
+    }
+)
+
+
 def load_recipe_file(path: Path) -> Recipe:
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise PatchSetError(f"build recipe {path} is not valid TOML ({exc})", hint="fix or reinstall t4patch") from exc
-    return parse_recipe(doc, path)
+    """Read, check and build the recipe in ``path`` (a shipped one or a copy)."""
+    return parse_recipe(read(path, RECIPE_SCHEMA, RECIPE), path)
 
 
-class _Reader:
-    """Typed access to one TOML table that remembers which keys were used, so leftovers are errors."""
-
-    def __init__(self, table: Any, where: str, origin: Path | None) -> None:
-        if not isinstance(table, dict):
-            raise self._error(f"{where} must be a table", origin)
-        self.table, self.where, self.origin, self.used = table, where, origin, set()
-
-    @staticmethod
-    def _error(message: str, origin: Path | None) -> PatchSetError:
-        return PatchSetError(
-            f"build recipe {origin or '<recipe>'}: {message}",
-            hint="fix the recipe (see docs/build.md, 'Recipe format'), or reinstall t4patch",
-        )
-
-    def fail(self, message: str) -> PatchSetError:
-        return self._error(f"{self.where}{message}", self.origin)
-
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., *, required: bool = True) -> Any:
-        self.used.add(key)
-        if key not in self.table:
-            if default is not ... or not required:
-                return None if default is ... else default
-            raise self.fail(f"missing key {key!r}")
-        value = self.table[key]
-        if isinstance(value, bool) and kind in (int, float, (int, float)):
-            raise self.fail(f"{key!r} must be a number, found {value!r}")
-        if not isinstance(value, kind):
-            raise self.fail(f"{key!r} has the wrong type ({type(value).__name__})")
-        return value
-
-    def strings(self, key: str, *, default: tuple[str, ...] | None = None) -> tuple[str, ...]:
-        value = self.get(key, list, [] if default is not None else ..., required=default is None)
-        if value is None:
-            value = list(default or ())
-        if not all(isinstance(v, str) and v for v in value):
-            raise self.fail(f"{key!r} must be a list of non-empty strings")
-        return tuple(value)
-
-    def string_map(self, key: str) -> dict[str, str]:
-        value = self.get(key, dict, {})
-        for k, v in value.items():
-            if not isinstance(v, str):
-                raise self.fail(f"{key}.{k} must be a string")
-        return dict(value)
-
-    def finish(self) -> None:
-        extra = sorted(set(self.table) - self.used)
-        if extra:
-            raise self.fail(f"unknown key(s) {', '.join(map(repr, extra))}")
+def _fail(origin: Path | None, message: str) -> T4PatchError:
+    return RECIPE.fail(origin or "<recipe>", message)
 
 
-def _check_placeholders(reader: _Reader, where: str, values: tuple[str, ...] | list[str]) -> None:
+def _check_placeholders(origin: Path | None, where: str, values: tuple[str, ...] | list[str]) -> None:
     for value in values:
         try:
             fields = [f for _, f, _, _ in string.Formatter().parse(value) if f is not None]
         except ValueError as exc:
-            raise reader.fail(f"{where}: bad placeholder syntax in {value!r} ({exc})") from exc
+            raise _fail(origin, f"{where}: bad placeholder syntax in {value!r} ({exc})") from exc
         for f in fields:
             if f not in PLACEHOLDERS:
-                raise reader.fail(f"{where}: unknown placeholder {{{f}}} in {value!r} (known: {sorted(PLACEHOLDERS)})")
+                raise _fail(origin, f"{where}: unknown placeholder {{{f}}} in {value!r} (known: {sorted(PLACEHOLDERS)})")
 
 
-def _check_versions(reader: _Reader, where: str, tools: dict[str, str]) -> None:
+def _check_versions(origin: Path | None, where: str, tools: dict[str, str]) -> None:
     for tool, version in tools.items():
         if tool not in KNOWN_TOOLS:
-            raise reader.fail(f"{where}: unknown tool {tool!r} (known: {sorted(KNOWN_TOOLS)})")
+            raise _fail(origin, f"{where}: unknown tool {tool!r} (known: {sorted(KNOWN_TOOLS)})")
         if not _VERSION.match(version):
-            raise reader.fail(f"{where}.{tool}: minimum version {version!r} is not like '3.18' or '1.88.0'")
+            raise _fail(origin, f"{where}.{tool}: minimum version {version!r} is not like '3.18' or '1.88.0'")
 
 
 def parse_recipe(doc: dict[str, Any], origin: Path | None = None) -> Recipe:
     """Validate a recipe document (already parsed TOML) and build a :class:`Recipe`."""
-    top = _Reader(doc, "", origin)
-    schema = top.get("schema", int)
-    if schema != RECIPE_SCHEMA:
-        raise top.fail(f"schema {schema} is not supported (this t4patch reads schema {RECIPE_SCHEMA})")
-    name = top.get("name", str)
+    schema = doc.get("schema")
+    if isinstance(schema, int) and not isinstance(schema, bool) and schema != RECIPE_SCHEMA_VERSION:
+        raise _fail(origin, f"schema {schema} is not supported (this t4patch reads schema {RECIPE_SCHEMA_VERSION})")
+    doc = check(doc, RECIPE_SCHEMA, RECIPE, origin or "<recipe>")
+    name = doc["name"]
     if origin is not None and origin.name != f"{name}.toml":
-        raise top.fail(f"name {name!r} does not match the file name {origin.name!r}")
-    repository = top.get("repository", str)
+        raise _fail(origin, f"name {name!r} does not match the file name {origin.name!r}")
+    repository = doc["repository"]
     if not re.match(r"^(https://|ssh://|git@|file://|/)", repository):
-        raise top.fail(f"repository {repository!r} is not a git URL")
-    default_ref = top.get("default_ref", str)
+        raise _fail(origin, f"repository {repository!r} is not a git URL")
+    default_ref = doc["default_ref"]
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$", default_ref):
-        raise top.fail(f"default_ref {default_ref!r} is not a plain tag, branch or commit")
-    build_dir = top.get("build_dir", str)
+        raise _fail(origin, f"default_ref {default_ref!r} is not a plain tag, branch or commit")
+    build_dir = doc["build_dir"]
     if Path(build_dir).is_absolute() or ".." in Path(build_dir).parts:
-        raise top.fail(f"build_dir {build_dir!r} must be a relative path inside the output directory")
-    min_free = top.get("min_free_gib", (int, float))
+        raise _fail(origin, f"build_dir {build_dir!r} must be a relative path inside the output directory")
+    min_free = doc["min_free_gib"]
     if min_free < 0:
-        raise top.fail("min_free_gib must be >= 0")
+        raise _fail(origin, "min_free_gib must be >= 0")
 
-    tools_reader = _Reader(top.get("tools", dict, {}), "[tools]", origin)
-    tools = {k: tools_reader.get(k, str) for k in list(tools_reader.table)}
-    _check_versions(top, "[tools]", tools)
-
-    cuda = _Reader(top.get("cuda", dict, {}), "[cuda]", origin)
-    cuda_tools = cuda.string_map("tools")
-    _check_versions(top, "[cuda].tools", cuda_tools)
-    libraries = cuda.strings("libraries", default=())
+    tools = dict(doc.get("tools", {}))
+    _check_versions(origin, "[tools]", tools)
+    cuda = doc.get("cuda", {})
+    cuda_tools = dict(cuda.get("tools", {}))
+    _check_versions(origin, "[cuda].tools", cuda_tools)
+    libraries = tuple(cuda.get("libraries", ()))
     for lib in libraries:
         if lib not in KNOWN_LIBRARIES:
-            raise cuda.fail(f"unknown library {lib!r} (known: {sorted(KNOWN_LIBRARIES)})")
-    nvcc_on_path = cuda.get("nvcc_on_path", bool, False)
-    cuda.finish()
+            raise _fail(origin, f"[cuda]: unknown library {lib!r} (known: {sorted(KNOWN_LIBRARIES)})")
 
-    raw_steps = top.get("step", list)
-    if not raw_steps:
-        raise top.fail("needs at least one [[step]]")
     steps, names = [], set()
-    for i, raw in enumerate(raw_steps):
-        s = _Reader(raw, f"[[step]] #{i + 1} ", origin)
+    for i, raw in enumerate(doc["step"], start=1):
+        where = f"step[{i}]"
         step = StepTemplate(
-            name=s.get("name", str),
-            argv=s.strings("argv"),
-            cuda_argv=s.strings("cuda_argv", default=()),
-            cpu_argv=s.strings("cpu_argv", default=()),
-            progress=s.get("progress", str, "none"),
-            cwd=s.get("cwd", str, "{out}"),
+            name=raw["name"],
+            argv=tuple(raw["argv"]),
+            cuda_argv=tuple(raw.get("cuda_argv", ())),
+            cpu_argv=tuple(raw.get("cpu_argv", ())),
+            progress=raw.get("progress", "none"),
+            cwd=raw.get("cwd", "{out}"),
         )
-        s.finish()
         if step.name in names or step.name in ("clone", "fetch", "checkout"):
-            raise s.fail(f"step name {step.name!r} is duplicated or reserved")
+            raise _fail(origin, f"{where}: step name {step.name!r} is duplicated or reserved")
         names.add(step.name)
         if step.progress not in PROGRESS_KINDS:
-            raise s.fail(f"progress {step.progress!r} is not one of {sorted(PROGRESS_KINDS)}")
+            raise _fail(origin, f"{where}: progress {step.progress!r} is not one of {sorted(PROGRESS_KINDS)}")
         for label, values in (("argv", step.argv), ("cuda_argv", step.cuda_argv), ("cpu_argv", step.cpu_argv),
                               ("cwd", (step.cwd,))):
-            _check_placeholders(s, label, values)
+            _check_placeholders(origin, f"{where}.{label}", values)
         steps.append(step)
 
-    env = top.string_map("env")
-    cuda_env = top.string_map("cuda_env")
+    env = dict(doc.get("env", {}))
+    cuda_env = dict(doc.get("cuda_env", {}))
     for label, mapping in (("[env]", env), ("[cuda_env]", cuda_env)):
         for key, value in mapping.items():
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise top.fail(f"{label}: {key!r} is not an environment variable name")
-            _check_placeholders(top, f"{label}.{key}", (value,))
+                raise _fail(origin, f"{label}: {key!r} is not an environment variable name")
+            _check_placeholders(origin, f"{label}.{key}", (value,))
 
-    art = _Reader(top.get("artifacts", dict), "[artifacts]", origin)
-    files = art.strings("files")
-    cuda_artifacts = art.strings("cuda", default=())
-    require = art.strings("require", default=())
-    art.finish()
+    art = doc["artifacts"]
+    files = tuple(art["files"])
+    cuda_artifacts = tuple(art.get("cuda", ()))
+    require = tuple(art.get("require", ()))
     for req in require:
         if req not in REQUIREMENTS:
-            raise art.fail(f"require {req!r} is not one of {sorted(REQUIREMENTS)}")
+            raise _fail(origin, f"[artifacts]: require {req!r} is not one of {sorted(REQUIREMENTS)}")
     for pattern in files + cuda_artifacts:
         if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
-            raise art.fail(f"{pattern!r} must be relative to the build directory")
+            raise _fail(origin, f"[artifacts]: {pattern!r} must be relative to the build directory")
 
-    feats = _Reader(top.get("features", dict, {}), "[features]", origin)
-    cuda_features = feats.strings("cuda", default=())
-    optional = feats.strings("optional", default=())
-    min_arch_raw = feats.get("min_arch", dict, {})
-    feature_min_arch = {}
-    for key, value in min_arch_raw.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 10:
-            raise feats.fail(f"min_arch.{key} must be a compute capability like 80")
+    feats = doc.get("features", {})
+    cuda_features = tuple(feats.get("cuda", ()))
+    optional_features = tuple(feats.get("optional", ()))
+    feature_min_arch: dict[str, int] = {}
+    for key, value in feats.get("min_arch", {}).items():
+        if value < 10:
+            raise _fail(origin, f"[features].min_arch.{key} must be a compute capability like 80, found {value}")
         feature_min_arch[key] = value
-    libs_raw = feats.get("libraries", dict, {})
-    feature_libraries = {}
-    for key, value in libs_raw.items():
-        if not isinstance(value, list) or not all(v in KNOWN_LIBRARIES for v in value):
-            raise feats.fail(f"libraries.{key} must list known libraries ({sorted(KNOWN_LIBRARIES)})")
+    feature_libraries: dict[str, tuple[str, ...]] = {}
+    for key, value in feats.get("libraries", {}).items():
+        if not all(v in KNOWN_LIBRARIES for v in value):
+            raise _fail(origin, f"[features].libraries.{key} must list known libraries ({sorted(KNOWN_LIBRARIES)})")
         feature_libraries[key] = tuple(value)
-    feats.finish()
-    if (cuda_features or optional) and not any("{features}" in a for st in steps for a in st.argv + st.cuda_argv):
-        raise top.fail("declares [features] but no step passes {features}")
+    if (cuda_features or optional_features) and not any(
+        "{features}" in a for st in steps for a in st.argv + st.cuda_argv
+    ):
+        raise _fail(origin, "declares [features] but no step passes {features}")
 
     failures = []
-    for i, raw in enumerate(top.get("known_failure", list, [])):
-        kf = _Reader(raw, f"[[known_failure]] #{i + 1} ", origin)
-        pattern = kf.get("pattern", str)
+    for i, raw in enumerate(doc.get("known_failure", []), start=1):
+        pattern = raw["pattern"]
         try:
             compiled = re.compile(pattern)
         except re.error as exc:
-            raise kf.fail(f"pattern {pattern!r} is not a valid regular expression ({exc})") from exc
-        failures.append(KnownFailure(compiled, kf.get("explanation", str)))
-        kf.finish()
+            raise _fail(
+                origin, f"known_failure[{i}]: pattern {pattern!r} is not a valid regular expression ({exc})"
+            ) from exc
+        failures.append(KnownFailure(compiled, raw["explanation"]))
 
-    recipe = Recipe(
+    return Recipe(
         name=name,
-        summary=top.get("summary", str),
+        summary=doc["summary"],
         repository=repository,
         default_ref=default_ref,
         build_dir=build_dir,
         min_free_gib=float(min_free),
-        cpu_variant=top.get("cpu_variant", bool, False),
-        source_markers=top.strings("source_markers", default=()),
+        cpu_variant=doc.get("cpu_variant", False),
+        source_markers=tuple(doc.get("source_markers", ())),
         tools=tools,
         cuda_tools=cuda_tools,
         cuda_libraries=libraries,
-        nvcc_on_path=nvcc_on_path,
+        nvcc_on_path=cuda.get("nvcc_on_path", False),
         steps=tuple(steps),
         env=env,
         cuda_env=cuda_env,
@@ -301,11 +300,9 @@ def parse_recipe(doc: dict[str, Any], origin: Path | None = None) -> Recipe:
         cuda_artifacts=cuda_artifacts,
         require=require,
         cuda_features=cuda_features,
-        optional_features=optional,
+        optional_features=optional_features,
         feature_min_arch=feature_min_arch,
         feature_libraries=feature_libraries,
         known_failures=tuple(failures),
         path=origin,
     )
-    top.finish()
-    return recipe

@@ -3,7 +3,8 @@
 In the source tree they sit at the repository root; in a built wheel they are shipped inside the package as
 ``t4patch/_data/<name>`` (pyproject's force-include). Code never hard-codes either location: it asks here.
 ``T4PATCH_PATCHES`` (or the global ``--patches DIR``) points patch-set lookup at another tree, which is how
-tests use synthetic patch sets and how maintainers try a new set before shipping it.
+tests use synthetic patch sets and how maintainers try a new set before shipping it. Missing ``patches/``
+data is a :class:`PatchSetError`; missing ``builders/`` or ``verify/`` data a :class:`DataFileError`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from t4patch.errors import PatchSetError
+from t4patch.errors import DataFileError, PatchSetError
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # .../t4patch
 DATA_KINDS = ("patches", "builders", "verify")
@@ -32,7 +33,9 @@ def data_dir(kind: str) -> Path:
     for candidate in (_PACKAGE_DIR / "_data" / kind, _PACKAGE_DIR.parent / kind):
         if candidate.is_dir():
             return candidate
-    raise PatchSetError(
+    # patches/ is patch-set data (exit 7); builders/ and verify/ are the other shipped data (exit 16)
+    error = PatchSetError if kind == "patches" else DataFileError
+    raise error(
         f"t4patch's {kind}/ data is missing (looked in {_PACKAGE_DIR / '_data'} and {_PACKAGE_DIR.parent})",
         hint="reinstall t4patch: pip install --force-reinstall t4patch",
     )

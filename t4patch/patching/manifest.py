@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from t4patch.data.tomlcompat import tomllib
-from t4patch.errors import PatchSetError
+from t4patch.data.reader import DataKind, Int, ListOf, Str, Table, optional, read
+from t4patch.errors import PatchSetError, T4PatchError
 from t4patch.patching.unified_diff import FileDiff, parse_diff
 
 SCHEMA_VERSION = 1
@@ -86,18 +87,54 @@ class PatchSet:
         return [d for p in self.patches for d in p.diffs if d.path == path]
 
 
-def _fail(where: Path, problem: str) -> PatchSetError:
-    return PatchSetError(
-        f"invalid patch set {where}: {problem}",
-        hint="fix the patch set, then check it with: t4patch validate",
-    )
+PATCH_SET = DataKind(
+    label="patch set",
+    error=PatchSetError,
+    hint="fix the patch set, then check it with: t4patch validate",
+)
+
+# The whole manifest, stated once: the strict reader refuses any other key, a wrong type, a missing key.
+MANIFEST_SCHEMA = Table(
+    {
+        "schema": Int(),
+        "distribution": Str(),
+        "version": Str(),
+        "packages": ListOf(Str(), nonempty=True),
+        "summary": Str(),
+        "requires": optional(
+            ListOf(
+                Table(
+                    {
+                        "distribution": Str(),
+                        "version": Str(),
+                        "why": Str(),
+                        "library": optional(Str()),
+                    }
+                )
+            )
+        ),
+        "patch": ListOf(
+            Table(
+                {
+                    "file": Str(),
+                    "title": Str(),
+                    "fixes": Str(),
+                    "gpus": Str(),
+                    "references": optional(ListOf(Str())),
+                }
+            ),
+            nonempty=True,
+        ),
+        "target": ListOf(
+            Table({"path": Str(), "pristine_sha256": Str(), "patched_sha256": Str()}),
+            nonempty=True,
+        ),
+    }
+)
 
 
-def _require_str(table: dict[str, object], key: str, where: Path) -> str:
-    value = table.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise _fail(where, f"expected a non-empty string for {key!r}, found {value!r}")
-    return value.strip()
+def _fail(where: Path, problem: str) -> T4PatchError:
+    return PATCH_SET.fail(where, problem)  # a PatchSetError (exit 7)
 
 
 def check_relative_path(path: str, packages: tuple[str, ...], where: Path) -> str:
@@ -118,20 +155,11 @@ def check_relative_path(path: str, packages: tuple[str, ...], where: Path) -> st
 def load_patch_set(directory: Path) -> PatchSet:
     """Load and validate the patch set in ``directory`` (…/<distribution>/<version>/)."""
     manifest_path = directory / MANIFEST_NAME
-    try:
-        raw = tomllib.loads(manifest_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise _fail(directory, f"expected {MANIFEST_NAME}, found none") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise _fail(manifest_path, f"not valid TOML ({exc})") from None
-
-    if raw.get("schema") != SCHEMA_VERSION:
-        raise _fail(
-            manifest_path,
-            f"expected schema = {SCHEMA_VERSION}, found {raw.get('schema')!r} (a newer t4patch may be needed)",
-        )
-    distribution = canonicalize_name(_require_str(raw, "distribution", manifest_path))
-    version = _require_str(raw, "version", manifest_path)
+    if not manifest_path.is_file():
+        raise _fail(directory, f"expected {MANIFEST_NAME}, found none")
+    raw = read(manifest_path, MANIFEST_SCHEMA, PATCH_SET, version=SCHEMA_VERSION)  # schema == 1 from here on
+    distribution = canonicalize_name(raw["distribution"].strip())
+    version = raw["version"].strip()
     try:
         parsed_version = Version(version)
     except InvalidVersion:
@@ -141,14 +169,11 @@ def load_patch_set(directory: Path) -> PatchSet:
             manifest_path,
             f"declares {distribution}=={version} but lives in {directory.parent.name}/{directory.name}/",
         )
-    packages_raw = raw.get("packages")
-    if not (isinstance(packages_raw, list) and packages_raw and all(isinstance(p, str) for p in packages_raw)):
-        raise _fail(manifest_path, "expected packages = [\"<top-level package>\", ...]")
-    packages = tuple(packages_raw)
-    summary = _require_str(raw, "summary", manifest_path)
+    packages = tuple(p.strip() for p in raw["packages"])
+    summary = raw["summary"].strip()
 
-    patches = _load_patches(raw.get("patch"), directory, manifest_path, packages)
-    targets = _load_targets(raw.get("target"), manifest_path, packages)
+    patches = _load_patches(raw["patch"], directory, manifest_path, packages)
+    targets = _load_targets(raw["target"], manifest_path, packages)
 
     touched = {path for p in patches for path in p.paths}
     declared = {t.path for t in targets}
@@ -166,46 +191,33 @@ def load_patch_set(directory: Path) -> PatchSet:
     return PatchSet(distribution, version, packages, summary, patches, targets, directory, requires)
 
 
-def _load_requires(entries: object, manifest_path: Path, distribution: str) -> tuple[Companion, ...]:
-    if not isinstance(entries, list):
-        raise _fail(manifest_path, "expected [[requires]] tables")
+def _load_requires(entries: list[dict[str, Any]], manifest_path: Path, distribution: str) -> tuple[Companion, ...]:
     companions: list[Companion] = []
-    for entry in entries:
-        if not isinstance(entry, dict):
-            raise _fail(manifest_path, "a [[requires]] entry is not a table")
-        name = canonicalize_name(_require_str(entry, "distribution", manifest_path))
+    for index, entry in enumerate(entries, start=1):
+        name = canonicalize_name(entry["distribution"].strip())
         if name == distribution:
-            raise _fail(manifest_path, f"[[requires]] names the patched distribution {name} itself")
-        version = _require_str(entry, "version", manifest_path)
+            raise _fail(manifest_path, f"requires[{index}] names the patched distribution {name} itself")
+        version = entry["version"].strip()
         try:
             Version(version)
         except InvalidVersion:
-            raise _fail(manifest_path, f"[[requires]] {name}: version {version!r} is not a PEP 440 version") from None
+            raise _fail(manifest_path, f"requires[{index}] {name}: version {version!r} is not a PEP 440 version") from None
         library = entry.get("library")
-        if library is not None and not (isinstance(library, str) and library.strip()):
-            raise _fail(manifest_path, f"[[requires]] {name}: library must be a non-empty string")
-        companions.append(Companion(name, version, _require_str(entry, "why", manifest_path), library))
+        companions.append(Companion(name, version, entry["why"].strip(), library.strip() if library else None))
     return tuple(companions)
 
 
 def _load_patches(
-    entries: object, directory: Path, manifest_path: Path, packages: tuple[str, ...]
+    entries: list[dict[str, Any]], directory: Path, manifest_path: Path, packages: tuple[str, ...]
 ) -> tuple[Patch, ...]:
-    if not isinstance(entries, list) or not entries:
-        raise _fail(manifest_path, "expected at least one [[patch]] table")
     patches: list[Patch] = []
     for index, entry in enumerate(entries, start=1):
-        if not isinstance(entry, dict):
-            raise _fail(manifest_path, f"[[patch]] #{index} is not a table")
-        file = _require_str(entry, "file", manifest_path)
+        file = entry["file"].strip()
         match = _DIFF_NAME.match(file)
         if not match:
-            raise _fail(manifest_path, f"diff name {file!r} must look like 0001-some-slug.diff")
+            raise _fail(manifest_path, f"patch[{index}].file: diff name {file!r} must look like 0001-some-slug.diff")
         if int(match["number"]) != index:
             raise _fail(manifest_path, f"diff {file!r} is [[patch]] #{index}; numbers must run 0001, 0002, ...")
-        refs = entry.get("references", [])
-        if not (isinstance(refs, list) and all(isinstance(r, str) for r in refs)):
-            raise _fail(manifest_path, f"{file}: references must be a list of strings")
         diff_path = directory / file
         try:
             text = diff_path.read_text(encoding="utf-8")
@@ -221,31 +233,27 @@ def _load_patches(
             Patch(
                 number=index,
                 file=file,
-                title=_require_str(entry, "title", manifest_path),
-                fixes=_require_str(entry, "fixes", manifest_path),
-                gpus=_require_str(entry, "gpus", manifest_path),
-                references=tuple(refs),
+                title=entry["title"].strip(),
+                fixes=entry["fixes"].strip(),
+                gpus=entry["gpus"].strip(),
+                references=tuple(entry.get("references", [])),
                 diffs=tuple(file_diffs),
             )
         )
     return tuple(patches)
 
 
-def _load_targets(entries: object, manifest_path: Path, packages: tuple[str, ...]) -> tuple[Target, ...]:
-    if not isinstance(entries, list) or not entries:
-        raise _fail(manifest_path, "expected at least one [[target]] table")
+def _load_targets(entries: list[dict[str, Any]], manifest_path: Path, packages: tuple[str, ...]) -> tuple[Target, ...]:
     targets: list[Target] = []
     seen: set[str] = set()
     for entry in entries:
-        if not isinstance(entry, dict):
-            raise _fail(manifest_path, "a [[target]] entry is not a table")
-        path = check_relative_path(_require_str(entry, "path", manifest_path), packages, manifest_path)
+        path = check_relative_path(entry["path"].strip(), packages, manifest_path)
         if path in seen:
             raise _fail(manifest_path, f"target {path} is listed twice")
         seen.add(path)
         hashes = []
         for key in ("pristine_sha256", "patched_sha256"):
-            value = _require_str(entry, key, manifest_path)
+            value = entry[key].strip()
             if not _SHA256.match(value):
                 raise _fail(manifest_path, f"{path}: {key} must be 64 lowercase hex digits, found {value!r}")
             hashes.append(value)

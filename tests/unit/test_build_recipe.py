@@ -10,7 +10,7 @@ import pytest
 from t4patch.builder.recipe import load_recipe, parse_recipe, recipe_names
 from t4patch.data.locations import data_dir
 from t4patch.data.tomlcompat import tomllib
-from t4patch.errors import PatchSetError, UsageError
+from t4patch.errors import DataFileError, UsageError
 
 
 def _doc(name: str = "llama.cpp") -> dict:
@@ -59,7 +59,7 @@ def _mutations():
     return {
         "schema 2": (set_(["schema"], 2), "schema 2 is not supported"),
         "unknown top key": (set_(["colour"], "red"), "unknown key"),
-        "missing repository": (delete("repository"), "missing key 'repository'"),
+        "missing repository": (delete("repository"), "repository: missing required key 'repository'"),
         "bad ref": (set_(["default_ref"], "main; rm -rf /"), "not a plain tag"),
         "bad repo url": (set_(["repository"], "ftp://x"), "not a git URL"),
         "escaping build dir": (set_(["build_dir"], "../x"), "relative path inside"),
@@ -75,7 +75,7 @@ def _mutations():
         "unknown library": (set_(["cuda", "libraries"], ["cufft"]), "unknown library 'cufft'"),
         "bad env name": (set_(["cuda_env"], {"CUDA CAP": "75"}), "not an environment variable name"),
         "bad regex": (set_(["known_failure", 0, "pattern"], "(unclosed"), "not a valid regular expression"),
-        "bool as number": (set_(["min_free_gib"], True), "must be a number"),
+        "bool as number": (set_(["min_free_gib"], True), "min_free_gib: expected a number, found a boolean"),
     }
 
 
@@ -84,18 +84,18 @@ def test_invalid_recipes_are_refused(case: str) -> None:
     mutate, message = _mutations()[case]
     doc = copy.deepcopy(_doc())
     mutate(doc)
-    with pytest.raises(PatchSetError, match=message) as info:
+    with pytest.raises(DataFileError, match=message) as info:
         parse_recipe(doc, data_dir("builders") / "llama.cpp.toml")
     assert "\n" not in str(info.value)
 
 
 def test_name_must_match_file(tmp_path: Path) -> None:
-    with pytest.raises(PatchSetError, match="does not match the file name"):
+    with pytest.raises(DataFileError, match="does not match the file name"):
         parse_recipe(_doc(), tmp_path / "other.toml")
 
 
 def test_features_without_placeholder_are_refused() -> None:
     doc = _doc("mistral.rs")
     doc["step"][0]["cuda_argv"] = []
-    with pytest.raises(PatchSetError, match="no step passes {features}"):
+    with pytest.raises(DataFileError, match="no step passes {features}"):
         parse_recipe(doc, data_dir("builders") / "mistral.rs.toml")

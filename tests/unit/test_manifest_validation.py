@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
-from conftest import CONFIG, CONFIG_PATCHED, make_patch_set, unified
 
+from t4patch.data.locations import data_dir
 from t4patch.errors import PatchSetError
 from t4patch.patching.manifest import load_patch_set
 from t4patch.patching.registry import all_patch_sets
+from tests.helpers import CONFIG, CONFIG_PATCHED, make_patch_set, unified
 
 
 def edit_manifest(directory: Path, old: str, new: str) -> None:
@@ -48,7 +50,7 @@ def test_diff_target_paths_are_confined(tmp_path, bad_path, complaint):
         ('version = "1.2.0"', 'version = "1.2.1"', "lives in"),
         ('version = "1.2.0"', 'version = "not a version"', "PEP 440"),
         ('packages = ["fakeengine"]', "packages = []", "packages"),
-        ('title = "change 1"', 'title = ""', "'title'"),
+        ('title = "change 1"', 'title = ""', r"patch\[1\]\.title: expected a non-empty string"),
         ('file = "0002-change-2.diff"', 'file = "0003-change-2.diff"', "numbers must run"),
         ('file = "0001-change-1.diff"', 'file = "change-1.diff"', "must look like"),
     ],
@@ -105,7 +107,7 @@ def test_garbage_diff(tmp_path):
 def test_diff_that_does_not_produce_the_pinned_hash_is_refused_at_apply(env, cli):
     manifest = env.patches / "fakeengine" / "1.2.0" / "manifest.toml"
     text = manifest.read_text()
-    from conftest import sha
+    from tests.helpers import sha
 
     manifest.write_text(text.replace(sha(CONFIG_PATCHED.encode()), "0" * 64))
     snapshot = env.snapshot()
@@ -144,3 +146,67 @@ def test_validate_command(cli, tmp_path):
 
 def test_unified_helper_roundtrip():
     assert unified("fakeengine/config.py", CONFIG, CONFIG_PATCHED).startswith("--- a/fakeengine/config.py")
+
+
+# ------------------------------------------------------------------ the strict reader, through `t4patch validate`
+
+
+def copy_shipped_set(tmp_path: Path, spec: str = "vllm/0.33.0") -> Path:
+    """A copy of a shipped patch set in tmp (the directory names must stay <distribution>/<version>)."""
+    target = tmp_path / spec
+    shutil.copytree(data_dir("patches") / spec, target)
+    return target
+
+
+@pytest.mark.parametrize(
+    "old, new, key_named",
+    [
+        # unknown top-level key (the house issue's example: `summry = "x"` used to pass with exit 0)
+        ("schema = 1\n", 'schema = 1\nsummry = "x"\n', "summry: unknown key 'summry' (allowed in top level: schema, "),
+        # unknown key inside the 1st [[patch]] table (`references` misspelt)
+        ("references = [", "referencs = [", "patch[1].referencs: unknown key 'referencs' (allowed in patch[1]: file, "),
+        # wrong type
+        ('version = "0.33.0"', "version = 0.33", None),
+        ('packages = ["vllm"]', 'packages = "vllm"', "packages: expected a non-empty array of non-empty strings, found a string ('vllm')"),
+        ("schema = 1\n", 'schema = "1"\n', "schema: expected an integer, found a string ('1')"),
+        # missing required key
+        ('gpus = "compute capability', '# gpus = "compute capability', "patch[1].gpus: missing required key 'gpus'"),
+        ('summary = "', 'notes = "', "unknown key 'notes'"),
+    ],
+)
+def test_validate_refuses_unknown_wrong_and_missing_keys(cli, tmp_path, old, new, key_named):
+    directory = copy_shipped_set(tmp_path)
+    edit_manifest(directory, old, new)
+    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+    result = cli("validate", str(directory))
+    assert result.code == PatchSetError.exit_code == 7
+    assert "\n" not in result.err.strip()
+    assert str(directory / "manifest.toml") in result.err
+    if key_named is None:  # `version = 0.33` is a float in TOML
+        assert "version: expected a non-empty string, found a float (0.33)" in result.err
+    else:
+        assert key_named in result.err
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
+
+
+def test_validate_refuses_missing_summary_and_names_it(cli, tmp_path):
+    directory = copy_shipped_set(tmp_path)
+    text = (directory / "manifest.toml").read_text()
+    summary_line = next(line for line in text.splitlines() if line.startswith("summary = "))
+    edit_manifest(directory, summary_line + "\n", "")
+    result = cli("validate", str(directory))
+    assert result.code == 7
+    assert "summary: missing required key 'summary' (expected a non-empty string)" in result.err
+
+
+def test_requires_table_is_in_the_schema(cli, tmp_path):
+    directory = copy_shipped_set(tmp_path, "sglang/0.5.23")
+    assert cli("validate", str(directory)).code == 0
+    edit_manifest(directory, 'library = "vllm/', 'librar = "vllm/')
+    result = cli("validate", str(directory))
+    assert result.code == 7
+    assert "requires[1].librar: unknown key 'librar' (allowed in requires[1]: distribution, version, why, library" in result.err
+    edit_manifest(directory, 'librar = "vllm/', 'library = "vllm/')
+    edit_manifest(directory, 'version = "0.33.0"\nwhy', "version = 33\nwhy")
+    result = cli("validate", str(directory))
+    assert result.code == 7 and "requires[1].version: expected a non-empty string, found an integer (33)" in result.err

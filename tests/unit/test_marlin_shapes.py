@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from t4patch.errors import PatchSetError, UsageError
+from t4patch.errors import DataFileError, UsageError
 from t4patch.verify.marlin import config, shapes
 
 E2B = {
@@ -59,11 +59,12 @@ def test_minimal_table_parses():
         (lambda d: d["linear"][0].update(k=192), "not a multiple of 128"),
         (lambda d: d.update(group_size=256), "group_size"),
         (lambda d: d["linear"][0].update(k=0), "positive integer"),
-        (lambda d: d["linear"][0].update(n=True), "positive integer"),
-        (lambda d: d["linear"][0].update(layers=1.5), "positive integer"),
+        (lambda d: d["linear"][0].update(n=True), r"linear\[1\]\.n: expected an integer, found a boolean \(true\)"),
+        (lambda d: d["linear"][0].update(layers=1.5), r"linear\[1\]\.layers: expected an integer, found a float"),
         (lambda d: d["linear"].append(dict(d["linear"][0])), "duplicate"),
-        (lambda d: d["linear"][0].update(extra=1), "unknown keys"),
-        (lambda d: d["linear"][0].pop("source"), "source"),
+        (lambda d: d["linear"][0].update(extra=1), r"linear\[1\]\.extra: unknown key 'extra' \(allowed in linear\[1\]: name, n, k, layers, source\)"),
+        (lambda d: d["linear"][0].pop("source"), r"linear\[1\]\.source: missing required key 'source'"),
+        (lambda d: d.update(modle="typo"), "modle: unknown key"),
         (lambda d: d.update(schema=2), "schema"),
         (lambda d: d.update(weight_type="uint8b128"), "weight_type"),
         (lambda d: d.update(linear=[]), "at least one"),
@@ -73,18 +74,25 @@ def test_minimal_table_parses():
 def test_invalid_tables_are_refused(mutate, fragment):
     doc = copy.deepcopy(_doc())
     mutate(doc)
-    with pytest.raises(PatchSetError, match=fragment):
+    with pytest.raises(DataFileError, match=fragment):
         shapes.parse_shape_table(doc, Path("t.toml"))
 
 
 def test_k_must_divide_by_group():
+    # Every supported group size (32, 64, 128) divides 128, so a K that breaks the group rule also breaks
+    # K % 128; the loader checks the group first, so the refusal names the table's group. K = 192 with group
+    # 128 (one and a half groups) must be refused by that rule, and K = 384 (three groups) accepted.
     doc = _doc()
     doc["group_size"] = 128
     doc["linear"][0]["k"] = 384
-    shapes.parse_shape_table(doc, Path("t.toml"))  # 384 % 128 == 0
+    assert shapes.parse_shape_table(doc, Path("t.toml")).linears[0].k == 384
+    doc["linear"][0]["k"] = 192
+    with pytest.raises(DataFileError, match=r"a: K = 192 is not a multiple of the group size 128"):
+        shapes.parse_shape_table(doc, Path("t.toml"))
     doc["group_size"] = 64
-    doc["linear"][0]["k"] = 128 * 3
-    shapes.parse_shape_table(doc, Path("t.toml"))
+    doc["linear"][0]["k"] = 96
+    with pytest.raises(DataFileError, match=r"a: K = 96 is not a multiple of the group size 64"):
+        shapes.parse_shape_table(doc, Path("t.toml"))
 
 
 def test_unknown_table_is_a_usage_error():
@@ -108,11 +116,11 @@ def test_tolerances_refuse_flag_above_fail(tmp_path):
     path = config.data_dir("verify") / "marlin-tolerances.toml"
     doc = tomllib.loads(path.read_text())
     doc["accuracy"]["flag_above"] = 0.5
-    with pytest.raises(PatchSetError, match="flag_above"):
+    with pytest.raises(DataFileError, match="flag_above"):
         config.parse_tolerances(doc, path)
     doc = tomllib.loads(path.read_text())
     doc["determinism"]["runs"] = 1
-    with pytest.raises(PatchSetError, match="runs"):
+    with pytest.raises(DataFileError, match="runs"):
         config.parse_tolerances(doc, path)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import lzma
 import os
+import re
 import shutil
 import sys
 import types
@@ -21,15 +22,32 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from t4patch.data.locations import data_dir
-from t4patch.data.tomlcompat import tomllib
-from t4patch.errors import MissingDependencyError, PatchSetError
+from t4patch.data.reader import DataKind, Int, ListOf, Str, Table, optional, read
+from t4patch.errors import DataFileError, MissingDependencyError
 from t4patch.fileio.hashing import sha256_file
 
 LIBRARY_NAME = "_C_stable_libtorch.abi3.so"
 REQUIRED_OPS = ("marlin_gemm", "gptq_marlin_repack")
 # The wrappers SGLang's patched code calls through vllm._custom_ops (vLLM 0.33.0 lines 1104-1252).
 WRAPPERS = ("gptq_marlin_repack", "awq_marlin_repack", "marlin_gemm")
-_INSTALL_HINT = "pip install --no-deps vllm==0.33.0 beside the engine, or pass --vllm-lib PATH/_C_stable_libtorch.abi3.so"
+
+
+def companion_version() -> str:
+    """The vLLM release whose compiled Marlin the shipped patch sets need beside their engine (their
+    ``[[requires]]`` entry naming this library), newest first; "?" when no patch set requires one."""
+    from t4patch.engines.requirements import required_releases
+
+    releases = required_releases("vllm")
+    with_library = [c for c in releases if c.library == f"vllm/{LIBRARY_NAME}"]
+    return (with_library or releases)[0].version if releases else "?"
+
+
+def install_hint() -> str:
+    return f"pip install --no-deps vllm=={companion_version()} beside the engine, or pass --vllm-lib PATH/{LIBRARY_NAME}"
+
+
+def _series(version: str) -> str:
+    return ".".join(version.split(".")[:2])
 
 
 @dataclass(frozen=True)
@@ -61,21 +79,41 @@ class LoadedLibrary:
         }
 
 
-def known_files() -> tuple[KnownFile, ...]:
-    path = data_dir("verify") / "vllm-marlin-libraries.toml"
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise PatchSetError(f"invalid verification data {path}: {exc}", hint="reinstall t4patch") from exc
-    entries = doc.get("library")
-    if doc.get("schema") != 1 or not isinstance(entries, list):
-        raise PatchSetError(f"invalid verification data {path}: expected schema 1 and [[library]] tables")
+LIBRARY_TABLE = DataKind(
+    label="verification data",
+    error=DataFileError,
+    hint="this shipped data file is broken; reinstall t4patch (pip install --force-reinstall t4patch)",
+)
+LIBRARY_TABLE_SCHEMA = Table(
+    {
+        "schema": Int(),
+        "library": ListOf(
+            Table(
+                {
+                    "file": Str(),
+                    "sha256": Str(),
+                    "version": Str(),
+                    "wheel": Str(),
+                    "turing_marlin": optional(Str()),  # what a reviewer should know the file holds for sm_75
+                }
+            ),
+            nonempty=True,
+        ),
+    }
+)
+
+
+def known_files(path: Path | None = None) -> tuple[KnownFile, ...]:
+    """The known-library table (default: the shipped ``verify/vllm-marlin-libraries.toml``), validated."""
+    path = path or data_dir("verify") / "vllm-marlin-libraries.toml"
+    doc = read(path, LIBRARY_TABLE_SCHEMA, LIBRARY_TABLE, version=1)
     result = []
-    for entry in entries:
-        try:
-            result.append(KnownFile(entry["file"], entry["sha256"], entry["version"], entry["wheel"]))
-        except (KeyError, TypeError) as exc:
-            raise PatchSetError(f"invalid verification data {path}: [[library]] entry lacks {exc}") from exc
+    for index, entry in enumerate(doc["library"], start=1):
+        if not re.fullmatch(r"[0-9a-f]{64}", entry["sha256"]):
+            raise LIBRARY_TABLE.fail(
+                path, f"library[{index}].sha256: expected 64 lowercase hex digits, found {entry['sha256']!r}"
+            )
+        result.append(KnownFile(entry["file"], entry["sha256"], entry["version"], entry["wheel"]))
     return tuple(result)
 
 
@@ -103,7 +141,7 @@ def _decompress(xz_path: Path) -> Path:
         partial.unlink(missing_ok=True)
         raise MissingDependencyError(
             f"--vllm-lib {xz_path}: expected an xz-compressed {LIBRARY_NAME}, could not decompress it ({exc})",
-            hint=_INSTALL_HINT,
+            hint=install_hint(),
         ) from exc
     os.replace(partial, target)
     return target
@@ -117,7 +155,7 @@ def locate_library(explicit: str | None, vllm_root: Path | None) -> Path:
             raise MissingDependencyError(
                 f"--vllm-lib {explicit}: expected vLLM's {LIBRARY_NAME} (or its .xz), found "
                 + ("a directory" if path.is_dir() else "nothing"),
-                hint=_INSTALL_HINT,
+                hint=install_hint(),
             )
         return path
     if vllm_root is not None:
@@ -126,12 +164,12 @@ def locate_library(explicit: str | None, vllm_root: Path | None) -> Path:
             return path
         raise MissingDependencyError(
             f"vllm is installed in {vllm_root} but {path.name} is missing from it (a CPU or partial build?)",
-            hint=_INSTALL_HINT,
+            hint=install_hint(),
         )
     raise MissingDependencyError(
-        "expected vLLM 0.33.0's compiled Marlin kernels (vllm/_C_stable_libtorch.abi3.so) in the target "
+        f"expected vLLM {companion_version()}'s compiled Marlin kernels (vllm/{LIBRARY_NAME}) in the target "
         "environment, found no vllm installation",
-        hint=_INSTALL_HINT,
+        hint=install_hint(),
     )
 
 
@@ -159,7 +197,7 @@ def load_library(given: Path) -> LoadedLibrary:
     if missing:
         raise MissingDependencyError(
             f"{so} loaded but registers no torch.ops._C.{', '.join(missing)} (not vLLM's op library?)",
-            hint=_INSTALL_HINT,
+            hint=install_hint(),
         )
     digest = sha256_file(so)
     loaded = LoadedLibrary(so, given, digest, identify(digest), given.parent)
@@ -197,15 +235,16 @@ def wrappers_from_source(custom_ops_py: Path, scalar_type_module: types.ModuleTy
     if not custom_ops_py.is_file():
         raise MissingDependencyError(
             f"expected vLLM's {custom_ops_py.name} beside its compiled library at {custom_ops_py}, found nothing",
-            hint="keep vllm/_custom_ops.py next to vllm/_C_stable_libtorch.abi3.so, or install vllm==0.33.0",
+            hint=f"keep vllm/_custom_ops.py next to vllm/{LIBRARY_NAME}, or install vllm=={companion_version()}",
         )
     tree = ast.parse(custom_ops_py.read_text(encoding="utf-8"), filename=str(custom_ops_py))
     wanted = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name in WRAPPERS]
     found = {node.name for node in wanted}
     if found != set(WRAPPERS):
         raise MissingDependencyError(
-            f"{custom_ops_py} defines {sorted(found)}, expected {list(WRAPPERS)} (not vLLM 0.33's _custom_ops?)",
-            hint=_INSTALL_HINT,
+            f"{custom_ops_py} defines {sorted(found)}, expected {list(WRAPPERS)} "
+            f"(not vLLM {_series(companion_version())}'s _custom_ops?)",
+            hint=install_hint(),
         )
     module = types.ModuleType("vllm._custom_ops")
     module.__file__ = str(custom_ops_py)

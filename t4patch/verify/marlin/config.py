@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from t4patch.data.locations import data_dir
-from t4patch.data.tomlcompat import tomllib
-from t4patch.errors import PatchSetError
+from t4patch.data.reader import DataKind, Int, ListOf, Number, Str, Table, check, read
+from t4patch.errors import DataFileError, T4PatchError
 
 SCHEMA_VERSION = 1
 
@@ -61,56 +62,78 @@ class Tolerances:
         }
 
 
-def _bad(path: Path, problem: str) -> PatchSetError:
-    return PatchSetError(f"invalid verification data {path}: {problem}", hint="reinstall t4patch")
+MARLIN_DATA = DataKind(
+    label="verification data",
+    error=DataFileError,
+    hint="this shipped data file is broken; reinstall t4patch (pip install --force-reinstall t4patch)",
+)
+TOLERANCES_FILE = "marlin-tolerances.toml"
+BANDWIDTH_FILE = "gpu-memory-bandwidth.toml"
+ACCURACY_METRIC = "mean(|out - ref|) / mean(|ref|)"  # what t4patch.verify.marlin.checks computes
+
+# Both files, stated once; the strict reader refuses unknown keys, wrong types and missing keys.
+TOLERANCES_SCHEMA = Table(
+    {
+        "schema": Int(),
+        "accuracy": Table(
+            {
+                "metric": Str(),
+                "fail_above": Number(),
+                "fail_source": Str(),
+                "flag_above": Number(),
+                "flag_source": Str(),
+            }
+        ),
+        "determinism": Table({"runs": Int(), "source": Str()}),
+        "speed": Table(
+            {
+                "redirect_overhead_goal": Number(),
+                "redirect_overhead_m": Int(),
+                "rotate_bytes_over_l2": Number(),
+                "max_rotating_copies": Int(),
+                "graph_replays": Int(),
+                "graph_replays_quick": Int(),
+                "eager_calls": Int(),
+                "eager_rounds": Int(),
+            }
+        ),
+        "overflow": Table({"body_std": Number(), "outlier_abs": Number(), "outlier_fraction": Number(), "source": Str()}),
+        "weights": Table({"std": Number()}),
+    }
+)
+BANDWIDTH_SCHEMA = Table(
+    {
+        "schema": Int(),
+        "gpu": ListOf(Table({"match": Str(), "gb_per_s": Number(), "source": Str()}), nonempty=True),
+    }
+)
 
 
-def _load(path: Path) -> dict[str, object]:
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise _bad(path, "file is missing") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise _bad(path, f"not valid TOML ({exc})") from exc
-    if doc.get("schema") != SCHEMA_VERSION:
-        raise _bad(path, f"expected schema = {SCHEMA_VERSION}, found {doc.get('schema')!r}")
-    return doc
+def _bad(path: Path, problem: str) -> T4PatchError:
+    return MARLIN_DATA.fail(path, problem)
 
 
-def _section(doc: dict[str, object], name: str, path: Path) -> dict[str, object]:
-    value = doc.get(name)
-    if not isinstance(value, dict):
-        raise _bad(path, f"expected a [{name}] table")
+def _number(table: dict[str, Any], key: str, path: Path, *, low: float, high: float) -> float:
+    value = float(table[key])  # a number: the schema checked it
+    if not (low <= value <= high):
+        raise _bad(path, f"{key}: expected a number in [{low}, {high}], found {table[key]!r}")
     return value
 
 
-def _number(table: dict[str, object], key: str, path: Path, *, low: float, high: float) -> float:
-    value = table.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low <= float(value) <= high):
-        raise _bad(path, f"{key}: expected a number in [{low}, {high}], found {value!r}")
-    return float(value)
-
-
-def _integer(table: dict[str, object], key: str, path: Path, *, low: int, high: int) -> int:
-    value = table.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or not (low <= value <= high):
+def _integer(table: dict[str, Any], key: str, path: Path, *, low: int, high: int) -> int:
+    value: int = table[key]  # an integer: the schema checked it
+    if not (low <= value <= high):
         raise _bad(path, f"{key}: expected an integer in [{low}, {high}], found {value!r}")
     return value
 
 
-def _text(table: dict[str, object], key: str, path: Path) -> str:
-    value = table.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise _bad(path, f"{key}: expected a non-empty string")
-    return value.strip()
-
-
-def parse_tolerances(doc: dict[str, object], path: Path) -> Tolerances:
-    acc = _section(doc, "accuracy", path)
-    det = _section(doc, "determinism", path)
-    speed = _section(doc, "speed", path)
-    over = _section(doc, "overflow", path)
-    weights = _section(doc, "weights", path)
+def parse_tolerances(doc: dict[str, Any], path: Path) -> Tolerances:
+    """Validate a parsed tolerances document (schema first, then ranges and the facts the code relies on)."""
+    doc = check(doc, TOLERANCES_SCHEMA, MARLIN_DATA, path, version=SCHEMA_VERSION)
+    acc, det, speed, over, weights = (doc[k] for k in ("accuracy", "determinism", "speed", "overflow", "weights"))
+    if acc["metric"] != ACCURACY_METRIC:
+        raise _bad(path, f"accuracy.metric: expected {ACCURACY_METRIC!r} (what verify marlin computes), "
+                         f"found {acc['metric']!r}")
     fail_above = _number(acc, "fail_above", path, low=1e-6, high=1.0)
     flag_above = _number(acc, "flag_above", path, low=1e-7, high=1.0)
     if flag_above > fail_above:
@@ -118,8 +141,8 @@ def parse_tolerances(doc: dict[str, object], path: Path) -> Tolerances:
     return Tolerances(
         fail_above=fail_above,
         flag_above=flag_above,
-        fail_source=_text(acc, "fail_source", path),
-        flag_source=_text(acc, "flag_source", path),
+        fail_source=acc["fail_source"].strip(),
+        flag_source=acc["flag_source"].strip(),
         # fewer than 2 runs would make "bitwise repeatable" vacuous
         determinism_runs=_integer(det, "runs", path, low=2, high=100),
         redirect_overhead_goal=_number(speed, "redirect_overhead_goal", path, low=0.0, high=10.0),
@@ -133,14 +156,15 @@ def parse_tolerances(doc: dict[str, object], path: Path) -> Tolerances:
         overflow_body_std=_number(over, "body_std", path, low=1e-6, high=65504.0),
         overflow_outlier_abs=_number(over, "outlier_abs", path, low=0.0, high=65504.0),
         overflow_outlier_fraction=_number(over, "outlier_fraction", path, low=0.0, high=1.0),
-        overflow_source=_text(over, "source", path),
+        overflow_source=over["source"].strip(),
         weight_std=_number(weights, "std", path, low=1e-6, high=10.0),
     )
 
 
-def load_tolerances() -> Tolerances:
-    path = data_dir("verify") / "marlin-tolerances.toml"
-    return parse_tolerances(_load(path), path)
+def load_tolerances(path: Path | None = None) -> Tolerances:
+    """The tolerances file (default: the shipped ``verify/marlin-tolerances.toml``), validated."""
+    path = path or data_dir("verify") / TOLERANCES_FILE
+    return parse_tolerances(read(path, TOLERANCES_SCHEMA, MARLIN_DATA, version=SCHEMA_VERSION), path)
 
 
 @dataclass(frozen=True)
@@ -155,29 +179,28 @@ def _token_pattern(match: str) -> re.Pattern[str]:
     return re.compile(r"(?<![A-Za-z0-9])" + re.escape(match) + r"(?![A-Za-z0-9])", re.IGNORECASE)
 
 
-def parse_bandwidth_table(doc: dict[str, object], path: Path) -> tuple[Bandwidth, ...]:
-    entries = doc.get("gpu")
-    if not isinstance(entries, list) or not entries:
-        raise _bad(path, "expected at least one [[gpu]] table")
-    result = []
-    for index, entry in enumerate(entries):
-        if not isinstance(entry, dict):
-            raise _bad(path, f"[[gpu]] #{index + 1}: expected a table")
-        result.append(
-            Bandwidth(
-                gb_per_s=_number(entry, "gb_per_s", path, low=1.0, high=1e6),
-                match=_text(entry, "match", path),
-                source=_text(entry, "source", path),
-            )
+def parse_bandwidth_table(doc: dict[str, Any], path: Path) -> tuple[Bandwidth, ...]:
+    doc = check(doc, BANDWIDTH_SCHEMA, MARLIN_DATA, path, version=SCHEMA_VERSION)
+    return tuple(
+        Bandwidth(
+            gb_per_s=_number(entry, "gb_per_s", path, low=1.0, high=1e6),
+            match=entry["match"].strip(),
+            source=entry["source"].strip(),
         )
-    return tuple(result)
+        for entry in doc["gpu"]
+    )
+
+
+def load_bandwidth_table(path: Path | None = None) -> tuple[Bandwidth, ...]:
+    """The bandwidth table (default: the shipped ``verify/gpu-memory-bandwidth.toml``), validated."""
+    path = path or data_dir("verify") / BANDWIDTH_FILE
+    return parse_bandwidth_table(read(path, BANDWIDTH_SCHEMA, MARLIN_DATA, version=SCHEMA_VERSION), path)
 
 
 def peak_bandwidth(device_name: str, table: tuple[Bandwidth, ...] | None = None) -> Bandwidth | None:
     """The datasheet bandwidth of ``device_name`` (longest whole-token match), or None when not listed."""
     if table is None:
-        path = data_dir("verify") / "gpu-memory-bandwidth.toml"
-        table = parse_bandwidth_table(_load(path), path)
+        table = load_bandwidth_table()
     hits = [entry for entry in table if _token_pattern(entry.match).search(device_name)]
     if not hits:
         return None

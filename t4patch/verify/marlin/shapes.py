@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from t4patch.data.locations import data_dir
-from t4patch.data.tomlcompat import tomllib
-from t4patch.errors import PatchSetError, UsageError
+from t4patch.data.reader import DataKind, Int, ListOf, Str, Table, check, read
+from t4patch.errors import DataFileError, T4PatchError, UsageError
 
 SCHEMA_VERSION = 1
 # Marlin's tile constraints for uint4b8 with fp16 activations (SGLang marlin_utils.py:161-210, vLLM
@@ -59,69 +60,75 @@ class ShapeTable:
         }
 
 
-def _bad(path: Path, problem: str) -> PatchSetError:
-    # Shipped data that fails validation is a defect of t4patch's data (the same class data.py raises for
-    # missing data), not a failed kernel check: say which file and what.
-    return PatchSetError(
-        f"invalid shape table {path}: {problem}",
-        hint="fix the table (N % 64 == 0, K % 128 == 0, K % group_size == 0), or reinstall t4patch",
-    )
+SHAPE_TABLE = DataKind(
+    label="shape table",
+    error=DataFileError,
+    hint="fix the table (N % 64 == 0, K % 128 == 0, K % group_size == 0), or reinstall t4patch",
+)
+
+# The file, stated once; the strict reader refuses unknown keys, wrong types and missing keys.
+SHAPES_SCHEMA = Table(
+    {
+        "schema": Int(),
+        "name": Str(),
+        "model": Str(),
+        "group_size": Int(),
+        "weight_type": Str(),
+        "linear": ListOf(
+            Table({"name": Str(), "n": Int(), "k": Int(), "layers": Int(), "source": Str()}),
+            nonempty=True,
+        ),
+    }
+)
 
 
-def _positive_int(value: object, what: str, path: Path) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+def _bad(path: Path, problem: str) -> T4PatchError:
+    # Shipped data that fails validation is a defect of t4patch's data, not a failed kernel check: say which
+    # file and what.
+    return SHAPE_TABLE.fail(path, problem)
+
+
+def _positive(value: int, what: str, path: Path) -> int:
+    if value <= 0:
         raise _bad(path, f"{what}: expected a positive integer, found {value!r}")
     return value
 
 
-def parse_shape_table(doc: dict[str, object], path: Path) -> ShapeTable:
-    """Validate one parsed TOML document; raise PatchSetError naming the first problem."""
-    if doc.get("schema") != SCHEMA_VERSION:
-        raise _bad(path, f"expected schema = {SCHEMA_VERSION}, found {doc.get('schema')!r}")
-    name = doc.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
+def parse_shape_table(doc: dict[str, Any], path: Path) -> ShapeTable:
+    """Validate one parsed TOML document (schema first, then Marlin's constraints); raise naming the problem."""
+    doc = check(doc, SHAPES_SCHEMA, SHAPE_TABLE, path, version=SCHEMA_VERSION)
+    name = doc["name"]
+    if not _NAME.match(name):
         raise _bad(path, f"name: expected a lower-case identifier, found {name!r}")
-    model = doc.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise _bad(path, "model: expected a description of the model")
-    group = _positive_int(doc.get("group_size"), "group_size", path)
+    group = _positive(doc["group_size"], "group_size", path)
     if group not in SUPPORTED_GROUP_SIZES:
         raise _bad(path, f"group_size: expected one of {SUPPORTED_GROUP_SIZES}, found {group}")
-    weight_type = doc.get("weight_type")
+    weight_type = doc["weight_type"]
     if weight_type not in SUPPORTED_WEIGHT_TYPES:
         raise _bad(path, f"weight_type: expected one of {SUPPORTED_WEIGHT_TYPES}, found {weight_type!r}")
-    entries = doc.get("linear")
-    if not isinstance(entries, list) or not entries:
-        raise _bad(path, "expected at least one [[linear]] table")
     linears: list[LinearShape] = []
     seen: set[str] = set()
-    for index, entry in enumerate(entries):
-        where = f"[[linear]] #{index + 1}"
-        if not isinstance(entry, dict):
-            raise _bad(path, f"{where}: expected a table")
-        unknown = set(entry) - {"name", "n", "k", "layers", "source"}
-        if unknown:
-            raise _bad(path, f"{where}: unknown keys {sorted(unknown)}")
-        lname = entry.get("name")
-        if not isinstance(lname, str) or not _NAME.match(lname):
-            raise _bad(path, f"{where}: name: expected a lower-case identifier, found {lname!r}")
+    for index, entry in enumerate(doc["linear"], start=1):
+        where = f"linear[{index}]"
+        lname = entry["name"]
+        if not _NAME.match(lname):
+            raise _bad(path, f"{where}.name: expected a lower-case identifier, found {lname!r}")
         if lname in seen:
             raise _bad(path, f"{where}: duplicate name {lname!r}")
         seen.add(lname)
-        n = _positive_int(entry.get("n"), f"{lname}.n", path)
-        k = _positive_int(entry.get("k"), f"{lname}.k", path)
-        layers = _positive_int(entry.get("layers"), f"{lname}.layers", path)
-        source = entry.get("source")
-        if not isinstance(source, str) or not source.strip():
-            raise _bad(path, f"{lname}: source: expected where N, K and layers come from")
+        n = _positive(entry["n"], f"{where}.n ({lname})", path)
+        k = _positive(entry["k"], f"{where}.k ({lname})", path)
+        layers = _positive(entry["layers"], f"{where}.layers ({lname})", path)
         if n % MIN_THREAD_N:
             raise _bad(path, f"{lname}: N = {n} is not a multiple of {MIN_THREAD_N}")
-        if k % MIN_THREAD_K:
-            raise _bad(path, f"{lname}: K = {k} is not a multiple of {MIN_THREAD_K}")
+        # the group rule first: every supported group divides MIN_THREAD_K, so a K it refuses would otherwise
+        # always be reported as a K % 128 problem and the table's own group never named
         if k % group:
             raise _bad(path, f"{lname}: K = {k} is not a multiple of the group size {group}")
-        linears.append(LinearShape(lname, n, k, layers, source.strip()))
-    return ShapeTable(name, model.strip(), group, weight_type, tuple(linears), path)
+        if k % MIN_THREAD_K:
+            raise _bad(path, f"{lname}: K = {k} is not a multiple of {MIN_THREAD_K}")
+        linears.append(LinearShape(lname, n, k, layers, entry["source"].strip()))
+    return ShapeTable(name, doc["model"].strip(), group, weight_type, tuple(linears), path)
 
 
 def available_tables() -> list[str]:
@@ -136,11 +143,12 @@ def load_shape_table(name: str) -> ShapeTable:
             f"--shapes {name}: expected one of {', '.join(available_tables()) or 'nothing'}, found no such table",
             hint="t4patch verify marlin --shapes gemma4-e2b",
         )
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise _bad(path, f"not valid TOML ({exc})") from exc
-    table = parse_shape_table(doc, path)
-    if table.name != name:
-        raise _bad(path, f"name {table.name!r} does not match the file name {name!r}")
+    return load_shape_file(path)
+
+
+def load_shape_file(path: Path) -> ShapeTable:
+    """The shape table in ``path`` (a shipped one or a copy), validated; its ``name`` must be the file's stem."""
+    table = parse_shape_table(read(path, SHAPES_SCHEMA, SHAPE_TABLE, version=SCHEMA_VERSION), path)
+    if table.name != path.stem:
+        raise _bad(path, f"name {table.name!r} does not match the file name {path.name!r}")
     return table
