@@ -1,136 +1,99 @@
-"""Shared fixtures: a synthetic installed engine and a synthetic patch set built in temp dirs.
+"""Shared fixtures (a synthetic installed engine and patch set, the CLI runner) and progress for long tests.
 
-The synthetic engine ("fakeengine" 1.2.0) is a real distribution as pip leaves it: a package plus a
-.dist-info with METADATA and a RECORD holding sha256 of every file. The patch set is made the way a
-maintainer makes one: edit a copy, `diff -u`, pin both hashes.
+Helpers live in ``tests/helpers.py``; this file holds only fixtures and hooks. Progress: ``helpers.progress``
+lines (wheel downloads and installs) and a heartbeat for any test running longer than
+``HEARTBEAT_AFTER_S`` are written to a duplicate of the terminal's file descriptor taken before pytest starts
+capturing, so ``pytest -q`` shows them without ``-s`` and a run never sits silent for minutes.
 """
 
 from __future__ import annotations
 
-import base64
-import difflib
-import hashlib
-import json
-import sys
-import textwrap
-from dataclasses import dataclass
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from t4patch.cli import main
+from tests import helpers
+from tests.helpers import Env, Result, make_dist, make_patch_set
 
-from t4patch.cli import main  # noqa: E402
-
-KERNEL = textwrap.dedent(
-    '''\
-    """A stand-in engine kernel module."""
-
-
-    def tile_size(head_size, capability):
-        tile = 32
-        return tile
+HEARTBEAT_AFTER_S = 60.0  # first "still running" line; then one every HEARTBEAT_EVERY_S
+HEARTBEAT_EVERY_S = 60.0
 
 
-    def other():
-        return "unchanged"
-    '''
-)
-KERNEL_PATCHED = KERNEL.replace(
-    "    tile = 32\n",
-    "    tile = 32\n    # t4patch: cc < 8.0 gets a smaller tile\n"
-    "    if capability < (8, 0):\n        tile = 16\n",
-)
-assert KERNEL_PATCHED != KERNEL
-CONFIG = "MIN_CAPABILITY = 80\nNAME = 'fake'\n"
-CONFIG_PATCHED = "MIN_CAPABILITY = 75\nNAME = 'fake'\n"
+class _Terminal:
+    """Writes whole lines to the terminal pytest itself writes to, past fd-level output capture.
+
+    pytest has suspended capture while plugins configure, so fd 1 is the real terminal then; a duplicate of it
+    keeps pointing there after capture redirects fd 1. A lock keeps the heartbeat thread's lines whole.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self._config = config
+        self._fd = os.dup(1)
+        self._lock = threading.Lock()
+        self._width_after_last = -1
+
+    def line(self, text: str) -> None:
+        writer = self._config.get_terminal_writer()
+        with self._lock:
+            # pytest -q prints one character per test on the current line: start ours on a fresh line, unless
+            # pytest has written nothing since our last one (its column count does not see our writes).
+            width = writer.width_of_current_line
+            lead = "\n" if width and width != self._width_after_last else ""
+            writer.flush()
+            os.write(self._fd, f"{lead}{text}\n".encode())
+            self._width_after_last = width
+
+    def close(self) -> None:
+        os.close(self._fd)
 
 
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+_terminal: _Terminal | None = None
 
 
-def record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+@pytest.hookimpl(trylast=True)  # after the terminal plugin has registered its reporter
+def pytest_configure(config: pytest.Config) -> None:
+    global _terminal
+    if config.pluginmanager.get_plugin("terminalreporter") is None:
+        return
+    _terminal = _Terminal(config)
+    helpers.set_progress_sink(_terminal.line)
 
 
-def make_dist(site: Path, name: str = "fakeengine", version: str = "1.2.0", files: dict[str, str] | None = None) -> Path:
-    files = files if files is not None else {
-        f"{name}/__init__.py": "",
-        f"{name}/kernel.py": KERNEL,
-        f"{name}/config.py": CONFIG,
-    }
-    site.mkdir(parents=True, exist_ok=True)
-    dist_info = site / f"{name}-{version}.dist-info"
-    dist_info.mkdir()
-    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    rows = []
-    for rel, text in files.items():
-        path = site / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        rows.append(f"{rel},{record_hash(text.encode())},{len(text.encode())}")
-    rows.append(f"{dist_info.name}/METADATA,,")
-    rows.append(f"{dist_info.name}/RECORD,,")
-    (dist_info / "RECORD").write_text("\n".join(rows) + "\n")
-    return site
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _terminal
+    helpers.set_progress_sink(None)
+    if _terminal is not None:
+        _terminal.close()
+        _terminal = None
 
 
-def unified(path: str, old: str, new: str) -> str:
-    return "".join(
-        difflib.unified_diff(
-            old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile=f"a/{path}", tofile=f"b/{path}"
-        )
-    )
+def _heartbeat(nodeid: str, stop: threading.Event, say: Callable[[str], None]) -> None:
+    start = time.monotonic()
+    wait = HEARTBEAT_AFTER_S
+    while not stop.wait(wait):
+        say(f"[t4patch tests] still running {nodeid} ({time.monotonic() - start:.0f} s)")
+        wait = HEARTBEAT_EVERY_S
 
 
-def make_patch_set(
-    root: Path,
-    name: str = "fakeengine",
-    version: str = "1.2.0",
-    changes: list[tuple[str, str, str]] | None = None,
-    packages: str | None = None,
-) -> Path:
-    """Write patches/<name>/<version>/ with one diff per (path, old, new) change."""
-    changes = changes if changes is not None else [
-        (f"{name}/kernel.py", KERNEL, KERNEL_PATCHED),
-        (f"{name}/config.py", CONFIG, CONFIG_PATCHED),
-    ]
-    directory = root / name / version
-    directory.mkdir(parents=True)
-    lines = [
-        "schema = 1",
-        f'distribution = "{name}"',
-        f'version = "{version}"',
-        f'packages = {packages or repr([name]).replace(chr(39), chr(34))}',
-        'summary = "synthetic patch set for tests"',
-    ]
-    for number, (path, old, new) in enumerate(changes, start=1):
-        file = f"{number:04d}-change-{number}.diff"
-        (directory / file).write_text(unified(path, old, new))
-        lines += [
-            "", "[[patch]]", f'file = "{file}"', f'title = "change {number}"',
-            'fixes = "a failure"', 'gpus = "cc < 8.0"', 'references = ["https://example.invalid/1"]',
-        ]
-    for path, old, new in changes:
-        lines += [
-            "", "[[target]]", f'path = {json.dumps(path)}',
-            f'pristine_sha256 = "{sha(old.encode())}"', f'patched_sha256 = "{sha(new.encode())}"',
-        ]
-    (directory / "manifest.toml").write_text("\n".join(lines) + "\n")
-    return directory
-
-
-@dataclass
-class Env:
-    site: Path
-    patches: Path
-
-    def file(self, rel: str) -> Path:
-        return self.site / rel
-
-    def snapshot(self) -> dict[str, bytes]:
-        return {str(p.relative_to(self.site)): p.read_bytes() for p in sorted(self.site.rglob("*")) if p.is_file()}
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Run a heartbeat thread beside each test (setup, call and teardown: fixtures download wheels too)."""
+    if _terminal is None:
+        yield
+        return
+    stop = threading.Event()
+    thread = threading.Thread(target=_heartbeat, args=(item.nodeid, stop, _terminal.line), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 @pytest.fixture
@@ -142,15 +105,8 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
     return Env(site, patches)
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]):
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
     def run(*argv: str) -> Result:
         code = main(list(argv))
         captured = capsys.readouterr()

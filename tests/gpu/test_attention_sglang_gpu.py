@@ -54,9 +54,8 @@ def sglang_dir(tmp_path_factory) -> Path:
         if os.environ.get(var):
             return Path(os.environ[var])
     try:
-        from wheels import install_wheel_to, wheel_path
-
         from t4patch.cli import main
+        from tests.helpers import install_wheel_to, wheel_path
 
         site = install_wheel_to(tmp_path_factory.mktemp("sglang-attn"), wheel_path("sglang", "0.5.23"))
     except Exception as exc:  # noqa: BLE001 - no wheel (no network, no cache): nothing to test

@@ -16,7 +16,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from wheels import install_wheel_to, wheel_path
 
 from t4patch.cli import main
 from t4patch.environment.target import resolve_target
@@ -24,6 +23,7 @@ from t4patch.errors import MissingDependencyError, VerificationError
 from t4patch.patching.registry import find_patch_set
 from t4patch.verify.attention.cases import load_archs
 from t4patch.verify.attention.runner import check, verify_attention
+from tests.helpers import install_wheel_to, wheel_path
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from wheels import cache_dir
 
 from t4patch.errors import VerificationError
+from tests.helpers import cache_dir
 
 SDIST = "llama_cpp_python-0.3.36.tar.gz"
 VENDORED = "llama_cpp_python-0.3.36/vendor/llama.cpp/"

@@ -12,11 +12,11 @@ import py_compile
 from pathlib import Path
 
 import pytest
-from wheels import install_wheel_to, wheel_path
 
 from t4patch.environment.target import resolve_target
 from t4patch.fileio.hashing import sha256_file
 from t4patch.patching.registry import all_patch_sets
+from tests.helpers import install_wheel_to, wheel_path
 
 pytestmark = pytest.mark.integration
 

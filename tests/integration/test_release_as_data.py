@@ -14,11 +14,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from wheels import wheel_path
 
 from t4patch.data.locations import data_dir
 from t4patch.fileio.hashing import sha256_file
 from t4patch.patching.registry import find_patch_set
+from tests.helpers import wheel_path
 
 pytestmark = pytest.mark.integration
 

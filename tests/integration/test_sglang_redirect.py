@@ -20,10 +20,10 @@ import types
 from pathlib import Path
 
 import pytest
-from wheels import install_wheel_to, wheel_path
 
 from t4patch.cli import main as t4patch_main
 from t4patch.patching.registry import find_patch_set
+from tests.helpers import install_wheel_to, wheel_path
 
 torch = pytest.importorskip("torch")
 

@@ -6,14 +6,13 @@ import json
 import os
 from pathlib import Path
 
-from conftest import CONFIG, CONFIG_PATCHED, KERNEL, KERNEL_PATCHED, sha
-
 from t4patch.errors import (
     ForeignFileError,
     NotAppliedError,
     NotInstalledError,
     UnsupportedVersionError,
 )
+from tests.helpers import CONFIG, CONFIG_PATCHED, KERNEL, KERNEL_PATCHED, sha
 
 
 def site_args(env):
@@ -137,7 +136,7 @@ def test_version_mismatch_with_spec(env, cli):
 
 
 def test_installed_version_without_patch_set_lists_supported(tmp_path, monkeypatch, cli):
-    from conftest import make_dist, make_patch_set
+    from tests.helpers import make_dist, make_patch_set
 
     site = make_dist(tmp_path / "site", version="1.3.0")
     patches = tmp_path / "patches"

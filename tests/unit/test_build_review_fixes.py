@@ -15,7 +15,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_build_runner import _recipe
 
 from t4patch.builder.pipeline import execute
 from t4patch.builder.plan import plan_build
@@ -24,6 +23,7 @@ from t4patch.builder.runner import StatusPrinter
 from t4patch.builder.source import tree_sha256
 from t4patch.errors import BuildError, UsageError
 from t4patch.verify.artifacts.check import _ARCH, check_file
+from tests.helpers import fake_recipe as _recipe
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git not on PATH")
 
@@ -160,7 +160,9 @@ def test_source_digest_excludes_out_inside_source(tmp_path: Path) -> None:
 # 6, 13: artifact messages and cuobjdump parsing ----------------------------------------------------------------
 
 def test_newer_ptx_is_not_called_jit_compilable(tmp_path: Path) -> None:
-    from test_fatbin import _container, _cubin, _entry
+    from tests.helpers import cubin as _cubin
+    from tests.helpers import fatbin_container as _container
+    from tests.helpers import fatbin_entry as _entry
 
     lib = tmp_path / "lib.fatbin"  # SASS for sm_86, PTX for compute_80: nothing a T4 can run
     lib.write_bytes(_container(_entry(2, 86, _cubin(86)), _entry(1, 80, b".version 8.0\n.target sm_80\n")))

@@ -21,6 +21,7 @@ from t4patch.builder.plan import plan_build
 from t4patch.builder.recipe import parse_recipe
 from t4patch.builder.runner import StatusPrinter, format_seconds, parse_progress
 from t4patch.errors import BuildError, VerificationError
+from tests.helpers import fake_recipe as _recipe
 
 
 @pytest.mark.parametrize(
@@ -46,50 +47,6 @@ def test_parse_progress_ignores_other_lines() -> None:
     assert parse_progress("cargo", "warning: unused variable") is None
     assert parse_progress("none", "[1/2] x") is None
     assert format_seconds(59) == "59s" and format_seconds(61) == "1m01s" and format_seconds(3723) == "1h02m03s"
-
-
-# A fake "build tool": prints ninja-style progress (with a \r-redrawn line), writes the artifact given by
-# argv[1] (raw fatbin with sm_<argv[2]> SASS, or a file without CUDA code for "none"), or fails if told to.
-FAKE_TOOL = r'''
-import struct, sys, time
-import os.path
-sys.path[:0] = [sys.argv[4], os.path.dirname(os.path.dirname(sys.argv[4]))]  # tests/unit and the repo root
-from test_fatbin import _container, _cubin, _entry
-out, sm, mode = sys.argv[1], sys.argv[2], sys.argv[3]
-for i in range(1, 5):
-    sys.stdout.write(f"[{i}/4] Building CUDA object k{i}.cu.o\n")
-    sys.stdout.flush()
-sys.stdout.write("progress 10%\rprogress 90%\r")
-if mode == "fail":
-    print("ptxas fatal   : Unresolved extern function '_Z13dequant_valueI13__nv_bfloat16ET_jS1_S1_'")
-    sys.exit(3)
-import os
-os.makedirs(os.path.dirname(out), exist_ok=True)
-with open(out, "wb") as fh:
-    fh.write(b"no gpu code" if sm == "none" else _container(_entry(2, int(sm), _cubin(int(sm)))))
-print("done")
-'''
-
-UNIT_TESTS = Path(__file__).resolve().parent
-
-
-def _recipe(tmp: Path, *, sm: str = "{arch}", mode: str = "ok", require=("sass",)):
-    tool = tmp / "faketool.py"
-    tool.write_text(FAKE_TOOL)
-    doc = {
-        "schema": 1, "name": "fake", "summary": "synthetic", "repository": "https://example.invalid/fake",
-        "default_ref": "v1", "build_dir": "build", "min_free_gib": 0, "cpu_variant": False,
-        "cuda_env": {"FAKE_CAP": "{arch}"},
-        "step": [
-            {"name": "configure", "argv": [sys.executable, "-c", "print('-- configured for {arch}')"], "progress": "cmake"},
-            {"name": "build", "progress": "ninja",
-             "argv": [sys.executable, str(tool), "{build}/lib/libfake.so", sm, mode, str(UNIT_TESTS)]},
-        ],
-        "artifacts": {"files": ["lib/*.so"], "cuda": ["lib/libfake.so"], "require": list(require)},
-        "known_failure": [{"pattern": "Unresolved extern function '_Z13dequant_value",
-                           "explanation": "mistral.rs #2092: build v0.9.5 or newer"}],
-    }
-    return parse_recipe(doc)
 
 
 def _run(tmp: Path, recipe, arch: str = "75"):

@@ -15,10 +15,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_fatbin import KERNEL, needs_nvcc
 
 from t4patch.errors import UsageError, VerificationError
 from t4patch.verify.artifacts.check import check_artifacts, collect_files
+from tests.helpers import CUDA_KERNEL as KERNEL
+from tests.helpers import needs_nvcc
 
 NVCC = shutil.which("nvcc")
 

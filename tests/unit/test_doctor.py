@@ -6,8 +6,8 @@ import json
 
 import t4patch.commands.doctor as doctor
 from t4patch.cuda.gpu import Gpu, GpuReport, detect
+from tests.helpers import T4
 
-T4 = Gpu(0, "Tesla T4", "7.5", 65536, 40, 16 * 2**30)
 H200 = Gpu(0, "NVIDIA H200", "9.0", 232448, 132, 141 * 2**30)
 
 
@@ -43,7 +43,7 @@ def test_doctor_on_a_t4_advises_patching(env, cli, monkeypatch):
 
 
 def test_doctor_detects_cpu_only_torch(tmp_path, cli, monkeypatch):
-    from conftest import make_dist
+    from tests.helpers import make_dist
 
     site = make_dist(tmp_path / "site", name="torch", version="2.13.0+cpu", files={"torch/__init__.py": ""})
     monkeypatch.setattr(doctor, "detect", lambda: GpuReport((T4,), "580.1", "13.0", ("nvml",)))

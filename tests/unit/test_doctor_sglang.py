@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 
-from conftest import make_dist
-from test_doctor import T4
-
 import t4patch.commands.doctor as doctor
 from t4patch.cuda.gpu import GpuReport
 from t4patch.engines.sglang.doctor import count_marlin_kernels
+from tests.helpers import T4, make_dist
 
 
 def make_sglang_env(tmp_path, vllm_version: str | None = "0.33.0", torch_version: str = "2.14.1"):

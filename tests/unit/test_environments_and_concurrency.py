@@ -12,10 +12,10 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import KERNEL_PATCHED, make_dist
 
 from t4patch.errors import LockBusyError, TargetEnvironmentError, UsageError
 from t4patch.patching.execute import environment_lock
+from tests.helpers import KERNEL_PATCHED, make_dist
 
 REPO = Path(__file__).resolve().parents[2]
 

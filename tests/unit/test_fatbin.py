@@ -9,7 +9,6 @@ another SM than its entry header, trailing garbage.
 from __future__ import annotations
 
 import json
-import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -17,24 +16,16 @@ from pathlib import Path
 import pytest
 
 from t4patch.cuda.fatbin import (
-    FATBIN_MAGIC,
     FLAG_LZ4,
     cuda_architectures,
     lz4_block_decompress,
 )
 from t4patch.errors import VerificationError
-
-NVCC = shutil.which("nvcc")
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: the CUDA toolkit compiler is needed to "
-                                "compile the real test objects (synthetic fatbin tests still run)")
-
-KERNEL = """
-__global__ void axpy(float *y, const float *x, float a, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] += a * x[i];
-}
-extern "C" void launch_NAME(float *y, const float *x, float a, int n) { axpy<<<(n + 255) / 256, 256>>>(y, x, a, n); }
-"""
+from tests.helpers import CUDA_KERNEL as KERNEL
+from tests.helpers import NVCC, needs_nvcc
+from tests.helpers import cubin as _cubin
+from tests.helpers import fatbin_container as _container
+from tests.helpers import fatbin_entry as _entry
 
 
 def _nvcc(tmp: Path, name: str, *flags: str, shared: bool = False, sources: int = 1) -> Path:
@@ -129,27 +120,6 @@ def test_embedded_ptx_text_is_counted_per_target(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------- synthetic fatbins (no nvcc needed)
-
-
-def _cubin(sm: int, abi: int = 8) -> bytes:
-    """A minimal ELF64 cubin header: e_machine 190 (CUDA), SM in e_flags as the given ABI version stores it."""
-    ident = b"\x7fELF" + bytes([2, 1, 1, 0x41 if abi >= 8 else 0x33, abi]) + b"\0" * 7
-    flags = (sm << 8) | 0x6000004 if abi >= 8 else sm | 0x500
-    header = ident + struct.pack("<HHIQQQIHHHHHH", 2, 190, 1, 0, 0, 0, flags, 64, 0, 0, 64, 0, 0)
-    return header + b"\0" * 8
-
-
-def _entry(kind: int, arch: int, payload: bytes, *, flags: int = 0x11, csize: int = 0, usize: int = 0) -> bytes:
-    payload += b"\0" * (-len(payload) % 8)
-    header = struct.pack("<HHIQIIHHI", kind, 0x0101, 64, len(payload), csize, 0, 0, 1, arch)
-    header += struct.pack("<II", 0, 0) + struct.pack("<QQQ", flags, 0, usize)
-    assert len(header) == 64
-    return header + payload
-
-
-def _container(*entries: bytes) -> bytes:
-    body = b"".join(entries)
-    return struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, len(body)) + body
 
 
 def test_synthetic_raw_fatbin(tmp_path: Path) -> None:

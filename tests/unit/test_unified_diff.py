@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from conftest import unified
 
 from t4patch.patching.unified_diff import DiffMismatch, apply_file_diff, parse_diff, split_lines
+from tests.helpers import unified
 
 OLD = "".join(f"line {i}\n" for i in range(1, 21))
 NEW = OLD.replace("line 5\n", "line five\n").replace("line 15\n", "line 15\nextra\n")

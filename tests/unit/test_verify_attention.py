@@ -13,7 +13,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import make_dist
 
 from t4patch.environment.target import resolve_target
 from t4patch.errors import (
@@ -29,6 +28,7 @@ from t4patch.verify.attention import runner as attention_mod
 from t4patch.verify.attention.cases import load_archs, load_cases, resolve_arch
 from t4patch.verify.attention.report import AttentionReport, EngineResult, case_results
 from t4patch.verify.attention.runner import PATCH_STATE_TEXT, _raise_worker_error, check, run_worker, select_engines
+from tests.helpers import make_dist
 
 # --------------------------------------------------------------------------------------------- shipped data
 

@@ -1,0 +1,1 @@
+"""The t4patch test suite (a package, so its shared helpers import as ``tests.helpers``)."""
