@@ -1,20 +1,36 @@
-"""The README's quick start must stay true: CI runs exactly its test command."""
+"""The README must stay true: CI runs exactly its test command, and its tables match the code."""
 
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def readme_commands() -> list[str]:
+def readme_section(title: str) -> str:
     text = (REPO / "README.md").read_text()
-    quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", quick, re.S)]
+    assert f"\n## {title}\n" in text, f"README has no '## {title}' section"
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
 
 
-def test_quick_start_is_two_commands():
+def readme_commands() -> list[str]:
+    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", readme_section("Quick start"), re.S)]
+
+
+def ci_commands() -> list[str]:
+    """The command lines of .ci/run (comments, blank lines and echo lines left out)."""
+    lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
+    return [line for line in lines if line and not line.startswith(("#", "echo "))]
+
+
+def test_quick_start_is_two_commands() -> None:
     commands = readme_commands()
     assert len(commands) == 2
     assert all("\n" not in c for c in commands)
@@ -22,14 +38,57 @@ def test_quick_start_is_two_commands():
     assert "pytest" in commands[1]
 
 
-def test_ci_runs_the_readme_test_command():
-    ci_lines = (REPO / ".ci" / "run").read_text().splitlines()
-    assert readme_commands()[1] in ci_lines
+def test_ci_runs_the_readme_test_command_last() -> None:
+    commands = ci_commands()
+    assert commands[-1] == readme_commands()[1]
 
 
-def test_exit_code_table_matches_errors():
+def test_ci_runs_ruff_and_mypy_before_the_tests() -> None:
+    commands = ci_commands()
+    tests = commands.index(readme_commands()[1])
+    ruff = [i for i, c in enumerate(commands) if c.startswith(".venv/bin/ruff check") and "t4patch" in c and "tests" in c]
+    mypy = [i for i, c in enumerate(commands) if c == ".venv/bin/mypy"]
+    assert ruff and ruff[0] < tests, commands
+    assert mypy and mypy[0] < tests, commands
+    # both tools are installed by .ci/run itself, pinned, before they run
+    for tool, first in (("ruff", ruff[0]), ("mypy", mypy[0])):
+        installs = [c for c in commands[:first] if "pip install" in c and re.search(rf"\b{tool}==\d", c)]
+        assert installs, f".ci/run does not install a pinned {tool} before running it"
+
+
+def test_exit_code_table_matches_errors() -> None:
     from t4patch.errors import EXIT_CODES
 
     text = (REPO / "README.md").read_text()
     for name, code in EXIT_CODES.items():
         assert re.search(rf"\| {code} \| `{name}` \|", text), f"README exit-code table misses {name} = {code}"
+
+
+def _package_map_rows() -> list[str]:
+    return [line for line in readme_section("Package map").splitlines() if line.startswith("| `t4patch")]
+
+
+def test_package_map_names_every_package() -> None:
+    rows = _package_map_rows()
+    packages = sorted(
+        ".".join(p.parent.relative_to(REPO).parts)
+        for p in (REPO / "t4patch").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    )
+    assert "t4patch.patching" in packages
+
+    def listed(package: str) -> bool:
+        parent, _, last = package.rpartition(".")
+        return any(f"`{package}`" in row or (parent and f"`{parent}`" in row and f"`{last}`" in row) for row in rows)
+
+    assert [p for p in packages if not listed(p)] == [], "packages missing from the README package map"
+
+
+def test_package_map_marks_exactly_the_excluded_packages_not_shipped() -> None:
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    excluded = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["exclude"]
+    assert excluded, "pyproject excludes nothing from the wheel"
+    not_shipped = [row for row in _package_map_rows() if "not shipped" in row]
+    assert len(not_shipped) == 1, not_shipped
+    for path in excluded:
+        assert f"`{path.replace('/', '.')}`" in not_shipped[0], f"{path} is excluded from the wheel but not marked"
