@@ -27,6 +27,7 @@ COMMANDS = (
     "validate",
     "verify",
     "build",
+    "port",
 )
 INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a t4patch bug, not a user error
 

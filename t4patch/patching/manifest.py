@@ -10,21 +10,37 @@ against the installed distribution when a plan is made (see :mod:`t4patch.patchi
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from t4patch.data.reader import DataKind, Int, ListOf, Str, Table, optional, read
-from t4patch.errors import PatchSetError, T4PatchError
+from t4patch.data.reader import Bool, DataKind, Int, ListOf, Str, Table, optional, read
+from t4patch.errors import PatchSetError, T4PatchError, UsageError
 from t4patch.patching.unified_diff import FileDiff, parse_diff
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.toml"
 _DIFF_NAME = re.compile(r"^(?P<number>\d{4})-(?P<slug>[a-z0-9][a-z0-9-]*)\.diff$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_OPTION_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+RELATIONS = ("mirrors", "replaces")  # the diff is the upstream change (a backport) / a different fix for it
+FORWARDED = ("yes", "no", "not-needed")  # DEP-3 "Forwarded": sent upstream, not (yet), or no point
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """DEP-3 style maintenance facts of one diff (``[patch.upstream]``): what it tracks upstream, and why."""
+
+    link: str  # the upstream issue or pull request the diff mirrors or replaces
+    relation: str  # one of RELATIONS
+    forwarded: str  # one of FORWARDED
+    why: str  # why the diff exists (and, when not forwarded, why not)
+
+    def to_json(self) -> dict[str, str]:
+        return {"link": self.link, "relation": self.relation, "forwarded": self.forwarded, "why": self.why}
 
 
 @dataclass(frozen=True)
@@ -38,6 +54,8 @@ class Patch:
     gpus: str
     references: tuple[str, ...]
     diffs: tuple[FileDiff, ...]  # one per file the diff touches, in diff order
+    upstream: Upstream | None = None
+    optional: str | None = None  # the name `apply --with NAME` turns it on by; None: always applied
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -77,10 +95,45 @@ class PatchSet:
     targets: tuple[Target, ...]
     directory: Path
     requires: tuple[Companion, ...] = ()
+    # A set written by `t4patch port` that no maintainer has reviewed yet: apply refuses it (selection layer).
+    draft: bool = False
+    # Optional diffs (off unless asked for) and the files only they touch; ``patches`` / ``targets`` above are
+    # what a plain apply changes. :meth:`with_options` gives the set with some of them turned on.
+    optional_patches: tuple[Patch, ...] = ()
+    optional_targets: tuple[Target, ...] = ()
+    options_on: tuple[str, ...] = ()
 
     @property
     def spec(self) -> str:
         return f"{self.distribution}=={self.version}"
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(p.optional for p in self.optional_patches if p.optional)
+
+    @property
+    def all_patches(self) -> tuple[Patch, ...]:
+        """Every diff of the set, default and optional, in file order."""
+        return tuple(sorted(self.patches + tuple(p for p in self.optional_patches if p not in self.patches),
+                            key=lambda p: p.number))
+
+    def with_options(self, names: tuple[str, ...] | list[str]) -> PatchSet:
+        """This set with the optional diffs ``names`` turned on (their diffs and targets join the default ones)."""
+        unknown = [n for n in names if n not in self.option_names]
+        if unknown:
+            raise UsageError(
+                f"{self.spec}: expected an optional diff name ({', '.join(self.option_names) or 'this set has none'}), "
+                f"found {', '.join(unknown)}",
+                hint="t4patch list (shows each set's optional diffs)",
+            )
+        chosen = [p for p in self.optional_patches if p.optional in names and p not in self.patches]
+        paths = {path for p in chosen for path in p.paths}
+        return replace(
+            self,
+            patches=tuple(sorted(self.patches + tuple(chosen), key=lambda p: p.number)),
+            targets=self.targets + tuple(t for t in self.optional_targets if t.path in paths),
+            options_on=tuple(sorted(set(self.options_on) | set(names))),
+        )
 
     def diffs_for(self, path: str) -> list[FileDiff]:
         """Every hunk-set touching ``path``, in application order."""
@@ -101,6 +154,7 @@ MANIFEST_SCHEMA = Table(
         "version": Str(),
         "packages": ListOf(Str(), nonempty=True),
         "summary": Str(),
+        "draft": optional(Bool()),  # written by `t4patch port`; a maintainer deletes it after review
         "requires": optional(
             ListOf(
                 Table(
@@ -121,6 +175,10 @@ MANIFEST_SCHEMA = Table(
                     "fixes": Str(),
                     "gpus": Str(),
                     "references": optional(ListOf(Str())),
+                    "optional": optional(Str()),  # a name: off unless `apply --with NAME`
+                    "upstream": optional(
+                        Table({"link": Str(), "relation": Str(), "forwarded": Str(), "why": Str()})
+                    ),
                 }
             ),
             nonempty=True,
@@ -172,23 +230,62 @@ def load_patch_set(directory: Path) -> PatchSet:
     packages = tuple(p.strip() for p in raw["packages"])
     summary = raw["summary"].strip()
 
-    patches = _load_patches(raw["patch"], directory, manifest_path, packages)
+    every_patch = _load_patches(raw["patch"], directory, manifest_path, packages)
     targets = _load_targets(raw["target"], manifest_path, packages)
 
-    touched = {path for p in patches for path in p.paths}
+    touched = {path for p in every_patch for path in p.paths}
     declared = {t.path for t in targets}
     if touched - declared:
         raise _fail(manifest_path, f"diffs touch files with no [[target]] hashes: {sorted(touched - declared)}")
     if declared - touched:
         raise _fail(manifest_path, f"[[target]] files no diff touches: {sorted(declared - touched)}")
+    patches, optional_patches, optional_paths = _split_optional(every_patch, manifest_path)
 
-    expected_files = {MANIFEST_NAME, *(p.file for p in patches)}
+    expected_files = {MANIFEST_NAME, *(p.file for p in every_patch)}
     stray = sorted(f.name for f in directory.iterdir() if f.name not in expected_files)
     if stray:
         raise _fail(directory, f"files not listed in the manifest: {stray}")
 
     requires = _load_requires(raw.get("requires", []), manifest_path, distribution)
-    return PatchSet(distribution, version, packages, summary, patches, targets, directory, requires)
+    return PatchSet(
+        distribution,
+        version,
+        packages,
+        summary,
+        patches,
+        tuple(t for t in targets if t.path not in optional_paths),
+        directory,
+        requires,
+        draft=bool(raw.get("draft", False)),
+        optional_patches=optional_patches,
+        optional_targets=tuple(t for t in targets if t.path in optional_paths),
+    )
+
+
+def _split_optional(
+    patches: tuple[Patch, ...], manifest_path: Path
+) -> tuple[tuple[Patch, ...], tuple[Patch, ...], set[str]]:
+    """Default and optional diffs. An optional diff comes after every default one and is the only diff touching
+    its files, so each file has one pinned patched sha256 whichever options are on."""
+    default = tuple(p for p in patches if p.optional is None)
+    optional_ = tuple(p for p in patches if p.optional is not None)
+    if not default:
+        raise _fail(manifest_path, "expected at least one [[patch]] without `optional` (a set of only options "
+                                   "changes nothing by default)")
+    if optional_ and min(p.number for p in optional_) < max(p.number for p in default):
+        raise _fail(manifest_path, "optional diffs must be numbered after every default diff")
+    names = [p.optional for p in optional_]
+    if len(set(names)) != len(names):
+        raise _fail(manifest_path, f"optional diff names must be unique, found {names}")
+    paths: set[str] = set()
+    for p in optional_:
+        others = {path for q in patches if q is not p for path in q.paths}
+        shared = sorted(set(p.paths) & others)
+        if shared:
+            raise _fail(manifest_path, f"{p.file} (optional {p.optional!r}) touches {shared}, which other diffs "
+                                       "touch too; an optional diff must be the only diff of its files")
+        paths |= set(p.paths)
+    return default, optional_, paths
 
 
 def _load_requires(entries: list[dict[str, Any]], manifest_path: Path, distribution: str) -> tuple[Companion, ...]:
@@ -223,12 +320,18 @@ def _load_patches(
             text = diff_path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise _fail(manifest_path, f"lists {file}, which does not exist") from None
+        except (OSError, UnicodeDecodeError) as exc:  # a directory, unreadable, not UTF-8
+            raise _fail(diff_path, f"expected a readable UTF-8 diff, found an unreadable one ({exc})") from None
         try:
             file_diffs = parse_diff(text)
         except ValueError as exc:
             raise _fail(diff_path, str(exc)) from None
         for fd in file_diffs:
             check_relative_path(fd.path, packages, diff_path)
+        option = entry.get("optional")
+        if option is not None and not _OPTION_NAME.match(option):
+            raise _fail(manifest_path, f"patch[{index}].optional: expected a lowercase name like "
+                                       f"'decode-window', found {option!r}")
         patches.append(
             Patch(
                 number=index,
@@ -238,9 +341,24 @@ def _load_patches(
                 gpus=entry["gpus"].strip(),
                 references=tuple(entry.get("references", [])),
                 diffs=tuple(file_diffs),
+                upstream=_load_upstream(entry.get("upstream"), manifest_path, index),
+                optional=option,
             )
         )
     return tuple(patches)
+
+
+def _load_upstream(entry: dict[str, Any] | None, manifest_path: Path, index: int) -> Upstream | None:
+    if entry is None:
+        return None
+    where = f"patch[{index}].upstream"
+    link = entry["link"].strip()
+    if not link.startswith("https://"):
+        raise _fail(manifest_path, f"{where}.link: expected an https:// URL of an upstream issue or PR, found {link!r}")
+    for key, allowed in (("relation", RELATIONS), ("forwarded", FORWARDED)):
+        if entry[key] not in allowed:
+            raise _fail(manifest_path, f"{where}.{key}: expected one of {', '.join(allowed)}, found {entry[key]!r}")
+    return Upstream(link, entry["relation"], entry["forwarded"], entry["why"].strip())
 
 
 def _load_targets(entries: list[dict[str, Any]], manifest_path: Path, packages: tuple[str, ...]) -> tuple[Target, ...]:

@@ -9,7 +9,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment
-from t4patch.errors import NotInstalledError, UnsupportedVersionError, UsageError
+from t4patch.errors import NotInstalledError, PatchSetError, UnsupportedVersionError, UsageError
 from t4patch.patching.manifest import PatchSet
 from t4patch.patching.registry import engines, find_patch_set
 
@@ -55,4 +55,12 @@ def select(spec: str, target: TargetEnvironment) -> Selection:
             f"asked for {spec} but {name} {dist.version} is installed in {target.description}",
             hint=f"ask for {name}=={dist.version}, or t4patch list for the versions t4patch supports",
         )
-    return Selection(spec, dist, find_patch_set(name, dist.version))
+    patch_set = find_patch_set(name, dist.version)
+    if patch_set.draft:  # written by `t4patch port`, not reviewed yet
+        raise PatchSetError(
+            f"{patch_set.spec} in {patch_set.directory} is a draft written by `t4patch port`: expected a reviewed "
+            "patch set, found `draft = true` in its manifest; nothing was written",
+            hint=f"review every diff in {patch_set.directory} (docs/maintaining.md), then delete the `draft = true` "
+            f"line and run: t4patch validate {patch_set.directory}",
+        )
+    return Selection(spec, dist, patch_set)
