@@ -33,7 +33,6 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ from t4patch.fileio.atomic import write_json_atomic
 RECIPE = "llama.cpp"
 ARCH_FLAG = "-DCMAKE_CUDA_ARCHITECTURES="
 VARIANTS = ("sm75", "default")
+TARGET = "sm_75"  # the architecture both variants must run on (parsed by t4patch.cuda.arch)
 STATE = "bench-state.json"
 EXIT_UNFINISHED = 75  # sysexits EX_TEMPFAIL: stopped at --time-limit, run the same command again
 _CMAKE_ARCHS = re.compile(r"Using CMAKE_CUDA_ARCHITECTURES=(\S+)")
@@ -171,7 +171,7 @@ def default_list_plan(plan: BuildPlan) -> BuildPlan:
     removed = 0
     for step in plan.steps:
         if step.name == "configure":
-            kept = tuple(a for a in step.argv if not a.startswith(ARCH_FLAG))
+            kept = tuple(a for a in step.argv if not (isinstance(a, str) and a.startswith(ARCH_FLAG)))
             removed += len(step.argv) - len(kept)
             step = dataclasses.replace(step, argv=kept)
         steps.append(step)
@@ -184,7 +184,7 @@ def default_list_plan(plan: BuildPlan) -> BuildPlan:
 def variant_plan(variant: str, *, source: Path, work: Path, jobs: int, nvcc: str | None) -> BuildPlan:
     from t4patch.builder.recipe import load_recipe
 
-    plan = plan_build(load_recipe(RECIPE), arch="75", jobs=jobs, out=work / variant, source_dir=source, nvcc=nvcc)
+    plan = plan_build(load_recipe(RECIPE), arch=TARGET, jobs=jobs, out=work / variant, source_dir=source, nvcc=nvcc)
     return default_list_plan(plan) if variant == "default" else plan
 
 
@@ -229,7 +229,7 @@ def advance(variant: str, plan: BuildPlan, deadline: float, say) -> dict:
     state = load_state(state_path)
     configure, build = (next(s for s in plan.steps if s.name == n) for n in ("configure", "build"))
     # Sittings only add up when they continue the same build: same source, flags, targets and job count.
-    settings = {"configure": list(configure.argv), "build": list(build.argv), "env": dict(sorted(configure.env.items()))}
+    settings = {"configure": list(configure.bind({})), "build": list(build.bind({})), "env": dict(sorted(configure.env.items()))}
     if state["sittings"] and "settings" not in state:
         raise UsageError(f"{state_path} records sittings but not the settings they were built with (an older "
                          "t4patch wrote it); they cannot be checked against this run",
@@ -247,7 +247,7 @@ def advance(variant: str, plan: BuildPlan, deadline: float, say) -> dict:
         if time.monotonic() >= deadline:
             return state  # no time left: the next run configures
         say(f"{variant}: configure")
-        code, seconds = run_until(configure.argv, configure.cwd, configure.env, log, deadline)
+        code, seconds = run_until(configure.bind({}), configure.cwd, configure.env, log, deadline)
         if code is None:
             return state  # stopped at the time limit: the next run configures again from the start
         if code != 0:
@@ -264,7 +264,7 @@ def advance(variant: str, plan: BuildPlan, deadline: float, say) -> dict:
     ninja_log = plan.build_dir / ".ninja_log"
     before = {edge_key(e) for e in parse_ninja_log(ninja_log)}
     say(f"{variant}: build (sitting {len(state['sittings']) + 1}, CMAKE_CUDA_ARCHITECTURES={state['cmake_architectures']})")
-    code, seconds = run_until(build.argv, build.cwd, build.env, log, deadline)
+    code, seconds = run_until(build.bind({}), build.cwd, build.env, log, deadline)
     new = [e for e in parse_ninja_log(ninja_log) if edge_key(e) not in before]
     state["sittings"].append({
         "wall_seconds": round(seconds, 1),
@@ -282,6 +282,7 @@ def advance(variant: str, plan: BuildPlan, deadline: float, say) -> dict:
 
 
 def variant_report(variant: str, plan: BuildPlan, state: dict) -> dict:
+    from t4patch.cuda.cuobjdump import find_cuobjdump
     from t4patch.verify.artifacts.check import check_file
 
     edges = parse_ninja_log(plan.build_dir / ".ninja_log")
@@ -299,7 +300,8 @@ def variant_report(variant: str, plan: BuildPlan, state: dict) -> dict:
     }
     library = plan.build_dir / "bin" / "libggml-cuda.so"
     if library.exists():
-        result = check_file(library.resolve(), 75, cuobjdump=shutil.which("cuobjdump"), must_have_cuda=True)
+        assert plan.arch is not None  # both variants are sm_75 plans (variant_plan)
+        result = check_file(library.resolve(), plan.arch, cuobjdump=find_cuobjdump(), must_have_cuda=True)
         s = result.summary
         report["libggml_cuda"] = {
             "file": str(result.path), "size": result.size, "sha256": result.sha256, "containers": s.containers,

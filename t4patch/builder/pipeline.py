@@ -3,24 +3,35 @@
 The record is written on success *and* on failure (status "failed", the steps that ran, the error), so a
 broken build still leaves evidence next to its log. A build whose artifacts lack sm_XY code is a failed
 build: the record says so and VerificationError is raised, even though every step exited 0.
+
+The plan runs as planned: every command is the plan's, with only :class:`~t4patch.builder.plan.StepOutput`
+arguments filled in from the output of the step they name (the commit ``resolve-ref`` found), and each
+command's outcome is a typed :class:`~t4patch.builder.runner.StepResult` that goes into the record as it is.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import glob
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import t4patch
-from t4patch.builder.plan import BuildPlan
+from t4patch.builder.plan import CHECKOUT_STEP, BuildPlan, PlannedStep
 from t4patch.builder.preflight import Check
-from t4patch.builder.runner import StatusPrinter, StepResult, run_step
-from t4patch.builder.source import SourceIdentity, check_reused_clone, identify_directory, resolve_checkout, resolve_ref
+from t4patch.builder.runner import LogRunner, StatusPrinter, StepResult, StepRunner, step_failure
+from t4patch.builder.source import (
+    SourceIdentity,
+    accept_commit,
+    check_reused_clone,
+    identify_directory,
+    resolve_checkout,
+    unresolved_ref,
+)
 from t4patch.errors import BuildError, T4PatchError, VerificationError
 from t4patch.fileio.atomic import write_json_atomic
 from t4patch.fileio.hashing import sha256_file
@@ -58,12 +69,18 @@ def collect_artifacts(plan: BuildPlan) -> tuple[list[Path], list[Path]]:
 
 
 def execute(plan: BuildPlan, checks: list[Check], *, printer: StatusPrinter | None = None,
-            command_line: str = "") -> tuple[dict[str, Any], ArtifactReport | None]:
+            command_line: str = "", runner: StepRunner | None = None) -> tuple[dict[str, Any], ArtifactReport | None]:
     """Run ``plan`` (preflight already passed: ``checks``); return (the record written to plan.record_path,
-    the artifact report, None for a CPU-only build)."""
+    the artifact report, None for a CPU-only build). ``runner`` runs the commands (default: a LogRunner on
+    the plan's log)."""
     printer = printer or StatusPrinter()
     plan.out.mkdir(parents=True, exist_ok=True)
     plan.log_path.write_text(f"# t4patch {t4patch.__version__} build log: {command_line}\n", encoding="utf-8")
+    runner = runner or LogRunner(plan.log_path, printer)
+
+    def failure(result: StepResult) -> BuildError:
+        return step_failure(result, plan.log_path, printer.stream, plan.recipe.known_failures, command_line)
+
     started_wall, started = _now(), time.monotonic()
     results: list[StepResult] = []
     identity: SourceIdentity | None = None
@@ -71,13 +88,16 @@ def execute(plan: BuildPlan, checks: list[Check], *, printer: StatusPrinter | No
 
     def finish(status: str, error: T4PatchError | None, report: ArtifactReport | None,
                artifacts: list[dict[str, Any]]) -> dict[str, Any]:
+        durations: dict[str, float] = {}
+        for r in results:  # a lookup step may run several commands: its time is their sum
+            durations[r.name] = durations.get(r.name, 0.0) + r.seconds
         record.update({
             "status": status,
             "error": str(error) if error else None,
             "finished": _now(),
             "source": identity.to_dict() if identity else None,
             "steps": [r.to_dict() for r in results],
-            "durations": {**{r.name: round(r.seconds, 2) for r in results},
+            "durations": {**{k: round(v, 2) for k, v in durations.items()},
                           "total": round(time.monotonic() - started, 2)},
             "artifacts": artifacts,
             "verification": report.to_dict() if report else (
@@ -94,25 +114,23 @@ def execute(plan: BuildPlan, checks: list[Check], *, printer: StatusPrinter | No
             # Identified before any step runs: the build must not change what "the source" was, and an --out
             # inside the source tree is left out of the digest.
             identity = identify_directory(plan.source.path, exclude=_inside(plan.out, plan.source.path))
+        outputs: dict[str, str] = {}
         total = len(plan.steps)
         for index, step in enumerate(plan.steps, 1):
-            expected = None
-            if step.name == "checkout" and plan.source.mode != "directory":
+            if step.lookup:
+                outputs[step.name] = _lookup(plan, step, runner, results, failure, index=index, total=total)
+                continue
+            result = runner.run(step, step.bind(outputs), index=index, total=total)
+            results.append(result)
+            if not result.ok:
+                raise failure(result)
+            if step.name == CHECKOUT_STEP and step.inputs():
                 assert plan.source.ref is not None
-                expected = resolve_ref(plan.source.path, plan.source.ref)
-                step = dataclasses.replace(step, argv=step.argv[:-1] + (expected,))
-            results.append(run_step(step, plan.log_path, printer, index=index, total=total,
-                                    known_failures=plan.recipe.known_failures, rerun=command_line))
-            if expected is not None:
-                assert plan.source.ref is not None
-                identity = resolve_checkout(plan.source.path, plan.source.ref, expected)
+                identity = resolve_checkout(plan.source.path, plan.source.ref, outputs[step.inputs()[0]])
         if identity is None:
             identity = identify_directory(plan.source.path, exclude=_inside(plan.out, plan.source.path))
         files, cuda_files = collect_artifacts(plan)
     except T4PatchError as exc:
-        failed_step = getattr(exc, "step_result", None)
-        if failed_step is not None:
-            results.append(failed_step)
         if identity is None and plan.source.mode == "directory" and plan.source.path.is_dir():
             identity = identify_directory(plan.source.path, exclude=_inside(plan.out, plan.source.path))
         finish("failed", exc, None, [])
@@ -122,22 +140,36 @@ def execute(plan: BuildPlan, checks: list[Check], *, printer: StatusPrinter | No
         raise
 
     report = None
-    if plan.cuda:
-        assert plan.arch_number is not None
-        report = check_artifacts(files, plan.arch_number, require=plan.recipe.require, cuda_files=tuple(cuda_files))
+    if plan.arch is not None:
+        report = check_artifacts(files, plan.arch, require=plan.recipe.require, cuda_files=tuple(cuda_files))
         artifacts = [{**r.to_dict(), "path": _rel(r.path, plan.out)} for r in report.files]
     else:
         artifacts = [{"path": _rel(p, plan.out), "size": p.stat().st_size, "sha256": sha256_file(p)} for p in files]
     if report is not None and not report.ok:
         problems = report.all_problems()
         error = VerificationError(
-            f"build finished but its artifacts fail the sm_{plan.arch} check: {problems[0]}"
+            f"build finished but its artifacts fail the {report.arch.name} check: {problems[0]}"
             + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
-            hint=f"t4patch verify build {plan.out} --arch {plan.arch}  (record: {plan.record_path})",
+            hint=f"t4patch verify build {plan.out} --arch {plan.arch_text}  (record: {plan.record_path})",
         )
         finish("failed", error, report, artifacts)
         raise error
     return finish("ok", None, report, artifacts), report
+
+
+def _lookup(plan: BuildPlan, step: PlannedStep, runner: StepRunner, results: list[StepResult],
+            failure: Callable[[StepResult], BuildError], *, index: int, total: int) -> str:
+    """Run a lookup step's commands in order until one answers; its answer (a commit) is the step's output."""
+    assert plan.source.ref is not None
+    for argv in step.lookup:
+        result = runner.run(step, argv, index=index, total=total, capture=True)
+        results.append(result)
+        if result.returncode is None:
+            raise failure(result)
+        commit = accept_commit(plan.source.ref, argv, result.returncode, result.output or "")
+        if commit is not None:
+            return commit
+    raise unresolved_ref(plan.source.path, plan.source.ref)
 
 
 def _inside(path: Path, root: Path) -> Path | None:
@@ -165,7 +197,7 @@ def _base_record(plan: BuildPlan, checks: list[Check], command_line: str, starte
         "command": command_line,
         "recipe": plan.recipe.name,
         "recipe_sha256": sha256_file(recipe_path) if recipe_path else None,
-        "arch": plan.arch,
+        "arch": plan.arch_text,
         "cuda": plan.cuda,
         "features": list(plan.features),
         "jobs": plan.jobs,

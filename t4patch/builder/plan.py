@@ -1,7 +1,10 @@
 """Turn a recipe and the command line into the exact commands, directories and environment of one build.
 
 Planning is pure (no subprocess, nothing written), so ``--dry-run`` prints precisely what a real build
-runs, and unit tests can check the command line for every architecture without a toolchain.
+runs, and unit tests can check the command line for every architecture without a toolchain. Nothing in a
+plan is rewritten while it runs: what only the run can know (which commit ``--ref`` names) is found by a
+step of its own (``resolve-ref``, a lookup shown in the dry run like any other command), and a later step
+takes it through a :class:`StepOutput` argument, which the dry run shows as ``<output of resolve-ref>``.
 """
 
 from __future__ import annotations
@@ -9,31 +12,95 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from t4patch.builder.recipe import Recipe, StepTemplate
-from t4patch.errors import UsageError
+from t4patch.builder.source import ref_lookup_commands
+from t4patch.cuda.arch import CPU_WORD, Arch, parse_build_target
+from t4patch.errors import BuildError, UsageError
 
-CPU = "cpu"
+CPU = CPU_WORD  # how a CPU-only build is written on the command line and in the build record
+RESOLVE_STEP = "resolve-ref"
+CHECKOUT_STEP = "checkout"
 # A ref is passed to git as an argument: anything else (a leading "-", spaces, "..", "^{...}") is refused so
 # that `--ref=--orphan=x` can never reach git as an option.
 REF_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 
 
 @dataclass(frozen=True)
+class StepOutput:
+    """An argument filled at run time with the output of an earlier step of the same plan."""
+
+    step: str  # the name of that step
+
+    def shown(self) -> str:
+        return f"<output of {self.step}>"
+
+
+Arg = str | StepOutput
+
+
+@dataclass(frozen=True)
 class PlannedStep:
+    """One step: a command, or (``lookup``) commands tried in order whose first answer is the step's output.
+
+    A lookup step (``resolve-ref``) runs each of ``lookup`` with its output captured; the first that exits 0
+    and prints an acceptable answer ends the step, and that answer is its output. A shell writes the same as
+    ``a || b || c``, which is how :meth:`shell` shows it. ``argv`` of a lookup step is its first command.
+    """
+
     name: str
-    argv: tuple[str, ...]
+    argv: tuple[Arg, ...]
     cwd: Path
     env: dict[str, str]  # variables added to (or replacing in) the inherited environment
     progress: str
+    lookup: tuple[tuple[str, ...], ...] = ()
+
+    def commands(self) -> tuple[tuple[Arg, ...], ...]:
+        """Every command this step may run, in order (one, unless it is a lookup)."""
+        return self.lookup or (self.argv,)
+
+    def inputs(self) -> tuple[str, ...]:
+        """Names of the earlier steps whose output this step takes."""
+        return tuple(a.step for a in self.argv if isinstance(a, StepOutput))
+
+    def bind(self, outputs: Mapping[str, str]) -> tuple[str, ...]:
+        """The argv to run, with every StepOutput replaced by that step's output."""
+        bound = []
+        for arg in self.argv:
+            if isinstance(arg, StepOutput):
+                if arg.step not in outputs:
+                    raise BuildError(f"step {self.name!r} needs the output of step {arg.step!r}, which has none",
+                                     hint="this is a t4patch defect: report it with the build log")
+                bound.append(outputs[arg.step])
+            else:
+                bound.append(arg)
+        return tuple(bound)
 
     def shell(self) -> str:
-        """The step as one copy-pasteable shell line (cd + env + command)."""
+        """The step as one copy-pasteable shell line (cd + env + command); a StepOutput shows as a placeholder."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        cmd = shlex.join(self.argv)
+        cmd = " || ".join(_shown(argv) for argv in self.commands())
         return f"(cd {shlex.quote(str(self.cwd))} && {env + ' ' if env else ''}{cmd})"
+
+    def to_dict(self) -> dict[str, object]:
+        doc: dict[str, object] = {"name": self.name, "argv": [_arg(a) for a in self.argv], "cwd": str(self.cwd),
+                                  "env": dict(sorted(self.env.items())), "shell": self.shell()}
+        if self.lookup:
+            doc["lookup"] = [list(argv) for argv in self.lookup]
+        if self.inputs():
+            doc["inputs"] = list(self.inputs())
+        return doc
+
+
+def _arg(arg: Arg) -> str:
+    return arg.shown() if isinstance(arg, StepOutput) else arg
+
+
+def _shown(argv: tuple[Arg, ...]) -> str:
+    return " ".join(arg.shown() if isinstance(arg, StepOutput) else shlex.quote(arg) for arg in argv)
 
 
 @dataclass(frozen=True)
@@ -49,14 +116,14 @@ class SourceSpec:
 @dataclass(frozen=True)
 class BuildPlan:
     recipe: Recipe
-    arch: str  # "75" or "cpu"
+    arch: Arch | None  # None: a CPU-only build
     jobs: int
     out: Path
     build_dir: Path
     source: SourceSpec
     features: tuple[str, ...]
     env: dict[str, str]  # added to every build step (git steps get none)
-    steps: tuple[PlannedStep, ...]
+    steps: tuple[PlannedStep, ...]  # executed exactly as shown: see module docstring
     nvcc: str | None
     log_path: Path
     record_path: Path
@@ -64,17 +131,20 @@ class BuildPlan:
 
     @property
     def cuda(self) -> bool:
-        return self.arch != CPU
+        return self.arch is not None
 
     @property
-    def arch_number(self) -> int | None:
-        return None if self.arch == CPU else int(self.arch)
+    def arch_text(self) -> str:
+        """The target as the command line and the build record write it: "75", or "cpu"."""
+        return self.arch.digits if self.arch is not None else CPU
 
     def render(self) -> str:
         """Human description for --dry-run: what is built, where, with which environment and commands."""
+        target = (f"{self.arch.name} (compute capability {self.arch.dotted})" if self.arch is not None
+                  else "CPU only (no CUDA)")
         lines = [
             f"recipe    {self.recipe.name} ({self.recipe.path})",
-            f"target    {'CPU only (no CUDA)' if not self.cuda else f'sm_{self.arch} (compute capability {self.arch[:-1]}.{self.arch[-1]})'}",
+            f"target    {target}",
             f"source    {self._source_line()}",
             f"out       {self.out}",
             f"build dir {self.build_dir}",
@@ -89,9 +159,11 @@ class BuildPlan:
         lines.append("commands:")
         for i, step in enumerate(self.steps, 1):
             lines.append(f"  [{i}/{len(self.steps)}] {step.name}: {step.shell()}")
-            if step.name == "checkout":
-                lines.append(f"        ({self.source.ref} is first resolved to a commit: refs/tags/{self.source.ref}, "
-                             f"else refs/remotes/origin/{self.source.ref}, else a commit hash; that commit is checked out)")
+            if step.name == RESOLVE_STEP:
+                lines.append(f"        (the first that prints a commit names {self.source.ref}: its tag, else the origin "
+                             "branch, else a commit whose hash starts with it; that commit is the step's output)")
+            if step.name == CHECKOUT_STEP and step.inputs():
+                lines.append("        (HEAD is then read back and must be that commit)")
         return "\n".join(lines)
 
     def _source_line(self) -> str:
@@ -103,7 +175,7 @@ class BuildPlan:
     def to_dict(self) -> dict[str, object]:
         return {
             "recipe": self.recipe.name,
-            "arch": self.arch,
+            "arch": self.arch_text,
             "cuda": self.cuda,
             "jobs": self.jobs,
             "out": str(self.out),
@@ -112,31 +184,21 @@ class BuildPlan:
                        "repository": self.source.repository, "ref": self.source.ref},
             "features": list(self.features),
             "env": dict(sorted(self.env.items())),
-            "steps": [{"name": s.name, "argv": list(s.argv), "cwd": str(s.cwd), "env": dict(sorted(s.env.items())),
-                       "shell": s.shell()} for s in self.steps],
+            "steps": [s.to_dict() for s in self.steps],
             "log": str(self.log_path),
             "record": str(self.record_path),
         }
 
 
-def normalize_arch(value: str) -> str:
-    """'75', 'sm_75', '7.5' -> '75'; 'cpu' -> 'cpu'. UsageError for anything else."""
-    text = value.strip().lower()
-    if text == CPU:
-        return CPU
-    match = re.fullmatch(r"(?:sm_?|compute_)?(\d)\.?(\d)", text) or re.fullmatch(r"(?:sm_?)?(\d{2})(\d)", text)
-    if match is None:
-        raise UsageError(
-            f"--arch {value!r}: expected a compute capability like 75 (Tesla T4), sm_75 or 7.5, or 'cpu'",
-            hint="t4patch build llama.cpp --arch 75",
-        )
-    return "".join(match.groups())
+def commands(plan: BuildPlan) -> list[tuple[Arg, ...]]:
+    """Every command of the plan in order, as the dry run shows them (a lookup's alternatives each listed)."""
+    return [argv for step in plan.steps for argv in step.commands()]
 
 
 def plan_build(
     recipe: Recipe,
     *,
-    arch: str = "75",
+    arch: str | Arch | None = "75",
     jobs: int | None = None,
     out: Path | None = None,
     ref: str | None = None,
@@ -146,9 +208,12 @@ def plan_build(
     nvcc: str | None = None,
     cwd: Path | None = None,
 ) -> BuildPlan:
-    """Plan one build. ``nvcc`` is the compiler preflight found (placed into the CMake/cargo command)."""
-    arch = normalize_arch(arch)
-    if arch == CPU and not recipe.cpu_variant:
+    """Plan one build. ``nvcc`` is the compiler preflight found (placed into the CMake/cargo command).
+
+    ``arch``: the user's ``--arch`` text (``75``, ``sm_75``, ``7.5``, ``cpu``), an :class:`Arch`, or None for a
+    CPU-only build."""
+    target = parse_build_target(arch) if isinstance(arch, str) else arch
+    if target is None and not recipe.cpu_variant:
         raise UsageError(f"{recipe.name} has no CPU-only build in its recipe", hint=f"t4patch build {recipe.name} --arch 75")
     if ref is not None and source_dir is not None:
         raise UsageError("--ref and --source exclude each other: --source builds the directory as it is",
@@ -163,10 +228,11 @@ def plan_build(
         jobs = os.cpu_count() or 1
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: expected a positive number", hint=f"t4patch build {recipe.name} --jobs 4")
-    chosen = _features(recipe, arch, features)
+    chosen = _features(recipe, target, features)
 
     base = (cwd or Path.cwd()).resolve()
-    out = (out if out is not None else base / "t4patch-build" / f"{recipe.name}-{'cpu' if arch == CPU else 'sm' + arch}")
+    suffix = CPU if target is None else "sm" + target.digits
+    out = (out if out is not None else base / "t4patch-build" / f"{recipe.name}-{suffix}")
     out = (base / out).resolve() if not out.is_absolute() else out.resolve()
     build_dir = out / recipe.build_dir
 
@@ -186,13 +252,13 @@ def plan_build(
         "source": str(source.path),
         "build": str(build_dir),
         "out": str(out),
-        "arch": "" if arch == CPU else arch,
+        "arch": "" if target is None else target.digits,
         "jobs": str(jobs),
         "nvcc": nvcc or "nvcc",
         "features": " ".join(chosen),
     }
     env = {k: _fill(v, values) for k, v in recipe.env.items()}
-    if arch != CPU:
+    if target is not None:
         env.update({k: _fill(v, values) for k, v in recipe.cuda_env.items()})
 
     steps: list[PlannedStep] = []
@@ -200,12 +266,12 @@ def plan_build(
         steps.extend(_git_steps(source))
     flags: dict[str, list[str]] = {}
     for template in recipe.steps:
-        argv = _argv(template, values, arch)
+        argv = _argv(template, values, target)
         steps.append(PlannedStep(template.name, argv, Path(_fill(template.cwd, values)), dict(env), template.progress))
         flags[template.name] = list(argv[1:])
     return BuildPlan(
         recipe=recipe,
-        arch=arch,
+        arch=target,
         jobs=jobs,
         out=out,
         build_dir=build_dir,
@@ -220,22 +286,23 @@ def plan_build(
     )
 
 
-def _features(recipe: Recipe, arch: str, requested: tuple[str, ...]) -> tuple[str, ...]:
+def _features(recipe: Recipe, arch: Arch | None, requested: tuple[str, ...]) -> tuple[str, ...]:
     if requested and not (recipe.cuda_features or recipe.optional_features):
         raise UsageError(f"{recipe.name} takes no --feature", hint=f"t4patch build {recipe.name}")
     for feature in requested:
         floor = recipe.feature_min_arch.get(feature)
-        if floor is not None and (arch == CPU or int(arch) < floor):
+        if floor is not None and (arch is None or arch.capability < floor):
             raise UsageError(
                 f"--feature {feature} needs compute capability {floor // 10}.{floor % 10} or newer; "
-                f"this build targets {'the CPU' if arch == CPU else f'sm_{arch}'}",
-                hint=f"t4patch build {recipe.name} --arch {arch} (without --feature {feature})",
+                f"this build targets {'the CPU' if arch is None else arch.name}",
+                hint=f"t4patch build {recipe.name} --arch {CPU if arch is None else arch.digits} "
+                     f"(without --feature {feature})",
             )
         if feature not in recipe.optional_features:
             allowed = ", ".join(recipe.optional_features) or "none"
             raise UsageError(f"--feature {feature!r} is not offered by the {recipe.name} recipe (offered: {allowed})",
                              hint=f"t4patch build {recipe.name} --dry-run")
-    if arch == CPU:
+    if arch is None:
         return tuple(dict.fromkeys(requested))
     return tuple(dict.fromkeys(recipe.cuda_features + tuple(requested)))
 
@@ -253,11 +320,14 @@ def _git_steps(source: SourceSpec) -> list[PlannedStep]:
         # resolves from a stale refs/remotes/origin/<name>.
         steps.append(PlannedStep("fetch", ("git", "-C", str(source.path), "fetch", "--progress", "--force", "--prune",
                                            "--tags", "origin"), source.path, git_env, "git"))
-    # The ref is resolved to a commit after the clone/fetch (t4patch.builder.source.resolve_ref: refs/tags/REF,
-    # then refs/remotes/origin/REF, then a commit hash), and the pipeline replaces the last argument with that
-    # commit: checking out the name itself would pick up a stale local branch of a reused clone.
-    steps.append(PlannedStep("checkout", ("git", "-C", str(source.path), "-c", "advice.detachedHead=false",
-                                          "checkout", "--force", "--detach", source.ref), source.path, git_env, "none"))
+    # The ref is resolved to a commit after the clone/fetch (refs/tags/REF, then refs/remotes/origin/REF, then a
+    # commit hash), and the commit is what is checked out: checking out the name itself would pick up a stale
+    # local branch of a reused clone.
+    lookup = ref_lookup_commands(source.path, source.ref)
+    steps.append(PlannedStep(RESOLVE_STEP, lookup[0], source.path, git_env, "none", lookup=lookup))
+    steps.append(PlannedStep(CHECKOUT_STEP, ("git", "-C", str(source.path), "-c", "advice.detachedHead=false",
+                                             "checkout", "--force", "--detach", StepOutput(RESOLVE_STEP)),
+                             source.path, git_env, "none"))
     return steps
 
 
@@ -265,8 +335,8 @@ def _fill(template: str, values: dict[str, str]) -> str:
     return template.format_map(values)
 
 
-def _argv(template: StepTemplate, values: dict[str, str], arch: str) -> tuple[str, ...]:
-    extra = template.cpu_argv if arch == CPU else template.cuda_argv
+def _argv(template: StepTemplate, values: dict[str, str], arch: Arch | None) -> tuple[str, ...]:
+    extra = template.cpu_argv if arch is None else template.cuda_argv
     argv = [_fill(a, values) for a in template.argv + extra]
     # An argument that only held an empty placeholder ({features} of a featureless build) is dropped with the
     # option naming it, so cargo never sees `--features ""`.

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from t4patch.builder.plan import BuildPlan
+from t4patch.cuda.arch import Arch
 from t4patch.errors import ToolMissingError
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
@@ -105,7 +106,7 @@ def tool_version(tool: str, *, which: Which = shutil.which, run: Runner = _defau
 
 def find_nvcc(which: Which = shutil.which, environ: dict[str, str] | None = None) -> str | None:
     """nvcc on PATH, else $CUDA_HOME/bin/nvcc, $CUDA_PATH/bin/nvcc, /usr/local/cuda/bin/nvcc."""
-    environ = os.environ if environ is None else environ
+    environ = dict(os.environ) if environ is None else environ
     found = which("nvcc")
     if found:
         return found
@@ -131,7 +132,7 @@ def nvcc_toolkit_root(nvcc: str, run: Runner = _default_run) -> Path | None:
 
 def cuda_roots(nvcc: str | None, environ: dict[str, str] | None = None, run: Runner = _default_run) -> list[Path]:
     """Toolkit roots to search for libraries and headers, most specific first."""
-    environ = os.environ if environ is None else environ
+    environ = dict(os.environ) if environ is None else environ
     roots: list[Path] = []
     for value in (environ.get("CUDAToolkit_ROOT"), environ.get("CUDA_HOME"), environ.get("CUDA_PATH")):
         if value:
@@ -172,7 +173,7 @@ def _include_dirs(roots: list[Path]) -> list[Path]:
 
 def find_library(lib: str, roots: list[Path], environ: dict[str, str] | None = None) -> tuple[Path | None, Path | None]:
     """(library file, header file) for ``lib`` (a key of LIBRARIES); None where not found."""
-    environ = os.environ if environ is None else environ
+    environ = dict(os.environ) if environ is None else environ
     filename, header, _ = LIBRARIES[lib]
     lib_path = None
     # The unversioned name is what CMake's find_library and the linker's -l look for; a runtime-only install
@@ -228,7 +229,7 @@ def run_preflight(
         else:
             checks.append(Check(tool, True, version, f"{version} ({path})"))
 
-    if plan.cuda:
+    if plan.arch is not None:
         nvcc = plan.nvcc or find_nvcc(which, environ)
         checks.append(_nvcc_targets(nvcc, plan.arch, run))
         if recipe.nvcc_on_path:
@@ -253,10 +254,11 @@ def run_preflight(
     return checks
 
 
-def _nvcc_targets(nvcc: str | None, arch: str, run: Runner) -> Check:
-    name = f"nvcc sm_{arch}"
+def _nvcc_targets(nvcc: str | None, arch: Arch, run: Runner) -> Check:
+    sm = arch.sass
+    name = f"nvcc {sm}"
     if nvcc is None:
-        return Check(name, False, "no nvcc", f"needs nvcc able to emit sm_{arch}, found no nvcc",
+        return Check(name, False, "no nvcc", f"needs nvcc able to emit {sm}, found no nvcc",
                      INSTALL_HINTS["nvcc"].format(v="11.8"))
     try:
         proc = run([nvcc, "--list-gpu-code"])
@@ -266,11 +268,11 @@ def _nvcc_targets(nvcc: str | None, arch: str, run: Runner) -> Check:
     if proc.returncode != 0 or not codes:
         return Check(name, False, "unknown", f"`{nvcc} --list-gpu-code` listed no targets (exit {proc.returncode})",
                      "use a CUDA toolkit >= 11.8 (older nvcc lacks --list-gpu-code)")
-    if f"sm_{arch}" not in codes:
+    if sm not in codes:
         lowest = min(codes, key=lambda c: int(re.sub(r"\D", "", c)))
-        return Check(name, False, ", ".join(sorted(codes)), f"{nvcc} cannot emit sm_{arch} (lowest it lists: {lowest})",
-                     f"use a CUDA toolkit that still targets sm_{arch} (CUDA 11.8 to 13.x target sm_75)")
-    return Check(name, True, f"sm_{arch}", f"{nvcc} lists sm_{arch} in --list-gpu-code")
+        return Check(name, False, ", ".join(sorted(codes)), f"{nvcc} cannot emit {sm} (lowest it lists: {lowest})",
+                     f"use a CUDA toolkit that still targets {sm} (CUDA 11.8 to 13.x target sm_75)")
+    return Check(name, True, sm, f"{nvcc} lists {sm} in --list-gpu-code")
 
 
 def _nvcc_on_path(nvcc: str | None, which: Which) -> Check:

@@ -5,6 +5,11 @@ like a hang. So the runner shows one status per step (timer, percentage where th
 ninja's ``[123/456]``, make/CMake's ``[ 42%]``, cargo's ``Building [==>  ] 120/480`` bar, git's ``42%``)
 and writes the complete output to the log. On failure it prints the log's tail and raises BuildError naming
 the log, plus the explanation of a known failure pattern when one matches.
+
+A command's outcome is a :class:`StepResult` (what ran, how long, its exit status, where its output lies in
+the log): the runner reports, the pipeline decides. :class:`LogRunner` is the real runner; anything with the
+same ``run`` method (:class:`StepRunner`) can stand in for it, which is how tests check that a build executes
+exactly the commands its dry run shows.
 """
 
 from __future__ import annotations
@@ -15,11 +20,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from t4patch.builder.plan import PlannedStep
 from t4patch.builder.recipe import KnownFailure
@@ -95,9 +99,9 @@ class StatusPrinter:
         self.last_percent: float | None = None  # the step's latest reported percentage
         self._width = 0
 
-    def start(self, index: int, total: int, step: PlannedStep) -> None:
+    def start(self, index: int, total: int, name: str, argv: tuple[str, ...]) -> None:
         self._finish_line()
-        self.stream.write(f"==> [{index}/{total}] {step.name}: {' '.join(step.argv)}\n")
+        self.stream.write(f"==> [{index}/{total}] {name}: {' '.join(argv)}\n")
         self.stream.flush()
         self._last_print = float("-inf")  # the step's first status shows at once
         self._last_percent = None
@@ -139,41 +143,84 @@ class StatusPrinter:
 
 @dataclass(frozen=True)
 class StepResult:
-    name: str
-    argv: tuple[str, ...]
+    """What one command of a step did: the exact argv that ran, its time, exit status and log section."""
+
+    name: str  # the plan step it belongs to
+    argv: tuple[str, ...]  # as executed (every StepOutput bound)
     cwd: str
     env: dict[str, str]
     seconds: float
-    returncode: int
-    last_percent: float | None
+    returncode: int | None  # None: the command could not be started (``start_error`` says why)
+    last_percent: float | None = None
+    log_span: tuple[int, int] = (0, 0)  # byte offsets [start, end) of the command's output in the build log
+    output: str | None = None  # captured standard output (lookup commands only)
+    start_error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
 
     def to_dict(self) -> dict[str, object]:
-        return {"name": self.name, "argv": list(self.argv), "cwd": self.cwd, "env": self.env,
-                "seconds": round(self.seconds, 2), "returncode": self.returncode}
+        doc: dict[str, object] = {"name": self.name, "argv": list(self.argv), "cwd": self.cwd, "env": self.env,
+                                  "seconds": round(self.seconds, 2), "returncode": self.returncode,
+                                  "log_span": list(self.log_span)}
+        if self.output is not None:
+            doc["output"] = self.output
+        if self.start_error is not None:
+            doc["start_error"] = self.start_error
+        return doc
 
 
-def run_step(step: PlannedStep, log: Path, printer: StatusPrinter, *, index: int, total: int,
-             known_failures: tuple[KnownFailure, ...] = (), rerun: str = "") -> StepResult:
-    """Run one step, appending its output to ``log``; BuildError (with the log tail) if it fails."""
-    printer.start(index, total, step)
+class StepRunner(Protocol):
+    """Runs one command of a plan step and reports it; never raises for a non-zero exit."""
+
+    def run(self, step: PlannedStep, argv: tuple[str, ...], *, index: int, total: int,
+            capture: bool = False) -> StepResult: ...
+
+
+class LogRunner:
+    """The real runner: subprocesses in their own process groups, output appended to the build log."""
+
+    def __init__(self, log: Path, printer: StatusPrinter) -> None:
+        self.log = log
+        self.printer = printer
+
+    def run(self, step: PlannedStep, argv: tuple[str, ...], *, index: int, total: int,
+            capture: bool = False) -> StepResult:
+        return run_step(step, argv, self.log, self.printer, index=index, total=total, capture=capture)
+
+
+def run_step(step: PlannedStep, argv: tuple[str, ...], log: Path, printer: StatusPrinter, *, index: int,
+             total: int, capture: bool = False) -> StepResult:
+    """Run ``argv`` (one command of ``step``), appending its output to ``log``.
+
+    With ``capture`` the standard output is kept (StepResult.output) as well as logged, and no progress
+    is parsed from it. Returns the result whatever the exit status; Ctrl-C / SIGTERM stop the command's
+    whole process tree and propagate.
+    """
+    printer.start(index, total, step.name, argv)
     env = {**os.environ, **step.env}
     step.cwd.mkdir(parents=True, exist_ok=True)
-    tail: deque[str] = deque(maxlen=TAIL_LINES)
     started = time.monotonic()
     printer.last_percent = None
+    captured = b""
     with log.open("ab") as fh:
         header = (f"\n### t4patch step {step.name} ({time.strftime('%Y-%m-%d %H:%M:%S')})\n### cwd: {step.cwd}\n"
-                  f"### env: {' '.join(f'{k}={v}' for k, v in sorted(step.env.items()))}\n### argv: {step.argv!r}\n")
+                  f"### env: {' '.join(f'{k}={v}' for k, v in sorted(step.env.items()))}\n### argv: {argv!r}\n")
         fh.write(header.encode())
         fh.flush()
+        span_start = fh.tell()
         try:
             # Own process group: cmake -> ninja -> nvcc -> cicc can then be stopped together (see below).
-            proc = subprocess.Popen(list(step.argv), cwd=step.cwd, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(list(argv), cwd=step.cwd, env=env, stdout=subprocess.PIPE,
+                                    stderr=fh if capture else subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
         except OSError as exc:
-            printer.done(step.name, time.monotonic() - started, False)
-            raise BuildError(f"step {step.name!r} could not start {step.argv[0]!r} ({exc.strerror}); log: {log}",
-                             hint="run the preflight again: the tool vanished or is not executable") from exc
+            seconds = time.monotonic() - started
+            printer.done(step.name, seconds, False)
+            fh.write(f"### t4patch step {step.name}: could not start ({exc.strerror})\n".encode())
+            return StepResult(step.name, argv, str(step.cwd), dict(step.env), seconds, None,
+                              log_span=(span_start, span_start), start_error=exc.strerror or str(exc))
         assert proc.stdout is not None
         pending = b""
         try:
@@ -183,36 +230,52 @@ def run_step(step: PlannedStep, log: Path, printer: StatusPrinter, *, index: int
                     break
                 fh.write(chunk)
                 fh.flush()  # a killed t4patch must not lose the end of the log
-                pending = _consume(pending + chunk, step, started, printer, tail)
+                if capture:
+                    captured += chunk
+                else:
+                    pending = _consume(pending + chunk, step, started, printer)
         except BaseException:
             # Ctrl-C / SIGTERM (see commands/build.py) / an internal error: never leave the compilers running.
             stop_process_group(proc)
             fh.write(f"### t4patch step {step.name}: interrupted after {time.monotonic() - started:.1f}s\n".encode())
             printer.done(step.name, time.monotonic() - started, False)
             raise
-        if pending.strip():
-            tail.append(pending.decode("utf-8", "replace"))
         last_percent = printer.last_percent
         returncode = proc.wait()
         seconds = time.monotonic() - started
-        fh.write(f"### t4patch step {step.name}: exit {returncode} after {seconds:.1f}s\n".encode())
+        span_end = fh.tell()
+        fh.write(f"\n### t4patch step {step.name}: exit {returncode} after {seconds:.1f}s\n".encode())
     printer.done(step.name, seconds, returncode == 0)
-    if returncode != 0:
-        stream = printer.stream
-        stream.write(f"---- last {len(tail)} lines of {log} ----\n")
-        for line in tail:
-            stream.write(line + "\n")
-        stream.write("----\n")
-        stream.flush()
-        explanation = match_known_failure(log, known_failures)
-        hint = explanation or f"read {log}, fix the cause, then rerun{': ' + rerun if rerun else ''}"
-        error = BuildError(f"step {step.name!r} failed (exit {returncode}) after {format_seconds(seconds)}; log: {log}",
-                           hint=hint)
-        # The failed step's timing belongs in the build record too (pipeline.execute reads it).
-        error.step_result = StepResult(step.name, step.argv, str(step.cwd), dict(step.env), seconds, returncode,
-                                       printer.last_percent)
-        raise error
-    return StepResult(step.name, step.argv, str(step.cwd), dict(step.env), seconds, returncode, last_percent)
+    return StepResult(step.name, argv, str(step.cwd), dict(step.env), seconds, returncode, last_percent,
+                      (span_start, span_end), captured.decode("utf-8", "replace") if capture else None)
+
+
+def step_failure(result: StepResult, log: Path, stream: TextIO, known_failures: tuple[KnownFailure, ...] = (),
+                 rerun: str = "") -> BuildError:
+    """BuildError for a failed command, after printing the last lines of its log section to ``stream``."""
+    if result.returncode is None:
+        return BuildError(f"step {result.name!r} could not start {result.argv[0]!r} ({result.start_error}); log: {log}",
+                          hint="run the preflight again: the tool vanished or is not executable")
+    tail = log_tail(log, result.log_span)
+    stream.write(f"---- last {len(tail)} lines of {log} ----\n")
+    for line in tail:
+        stream.write(line + "\n")
+    stream.write("----\n")
+    stream.flush()
+    explanation = match_known_failure(log, known_failures)
+    hint = explanation or f"read {log}, fix the cause, then rerun{': ' + rerun if rerun else ''}"
+    return BuildError(f"step {result.name!r} failed (exit {result.returncode}) after "
+                      f"{format_seconds(result.seconds)}; log: {log}", hint=hint)
+
+
+def log_tail(log: Path, span: tuple[int, int], lines: int = TAIL_LINES) -> list[str]:
+    """The last non-blank lines of one command's section of the log (\\r counts as a line end)."""
+    start, end = span
+    with log.open("rb") as fh:
+        fh.seek(max(start, end - (1 << 20)))
+        data = fh.read(end - fh.tell())
+    text = [line for line in re.split(r"\r\n|\r|\n", data.decode("utf-8", "replace")) if line.strip()]
+    return text[-lines:]
 
 
 def stop_process_group(proc: subprocess.Popen) -> None:
@@ -280,15 +343,13 @@ def _descendant_groups(pid: int) -> list[int]:
     return found
 
 
-def _consume(pending: bytes, step: PlannedStep, started: float, printer: StatusPrinter, tail: deque[str]) -> bytes:
-    """Split complete lines off ``pending``, feed them to the tail and the progress display; return the rest."""
+def _consume(pending: bytes, step: PlannedStep, started: float, printer: StatusPrinter) -> bytes:
+    """Split complete lines off ``pending``, feed them to the progress display; return the rest."""
     # Tools redraw progress bars with \r; treat it as a line end so the latest state is seen.
     parts = re.split(rb"\r\n|\r|\n", pending)
     rest = parts.pop()
     for raw in parts:
         line = raw.decode("utf-8", "replace")
-        if line.strip():
-            tail.append(line)
         progress = parse_progress(step.progress, line)
         if progress is not None:
             if progress.percent is not None:

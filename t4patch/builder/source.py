@@ -59,27 +59,39 @@ def is_git_worktree(path: Path) -> bool:
     return proc.returncode == 0 and Path(proc.stdout.strip()).resolve() == path.resolve()
 
 
-def resolve_ref(path: Path, requested_ref: str) -> str:
-    """The commit ``requested_ref`` names in the clone at ``path``, looked up in a fixed order.
+def ref_lookup_commands(path: Path, requested_ref: str) -> tuple[tuple[str, ...], ...]:
+    """The git commands that find the commit ``requested_ref`` names in the clone at ``path``, in order.
 
     refs/tags/REF, then refs/remotes/origin/REF (what the last clone/fetch brought, never a local branch that
-    an earlier build left behind), then, only for a hex-looking ref, a commit hash. BuildError if none names
-    a commit.
+    an earlier build left behind), then, only for a hex-looking ref, a commit hash. The build plan runs exactly
+    these (its ``resolve-ref`` step); the first whose answer :func:`accept_commit` takes is the commit.
     """
     candidates = [f"refs/tags/{requested_ref}", f"refs/remotes/origin/{requested_ref}"]
     if _HEX.match(requested_ref):
         candidates.append(requested_ref)
-    for candidate in candidates:
-        proc = _git(path, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}")
-        if proc.returncode == 0 and proc.stdout.strip():
-            commit = proc.stdout.strip()
-            if candidate == requested_ref and not commit.startswith(requested_ref.lower()):
-                # An abbreviation must name this commit, not something `rev-parse` found by another rule.
-                continue
-            return commit
-    raise BuildError(f"ref {requested_ref!r} does not name a commit in {path} (looked for tag, origin branch"
-                     f"{', commit' if _HEX.match(requested_ref) else ''})",
-                     hint="check the ref (tag, branch or commit) and rerun with --ref REF")
+    return tuple(("git", "-C", str(path), "rev-parse", "--verify", "--quiet", "--end-of-options",
+                  f"{candidate}^{{commit}}") for candidate in candidates)
+
+
+def accept_commit(requested_ref: str, command: tuple[str, ...], returncode: int | None, output: str) -> str | None:
+    """The commit one lookup command answered, or None when it found nothing acceptable.
+
+    A bare hash lookup must name a commit that starts with the requested abbreviation, not something
+    ``rev-parse`` found by another rule.
+    """
+    commit = output.strip()
+    if returncode != 0 or not commit:
+        return None
+    if command[-1] == f"{requested_ref}^{{commit}}" and not commit.startswith(requested_ref.lower()):
+        return None
+    return commit
+
+
+def unresolved_ref(path: Path, requested_ref: str) -> BuildError:
+    """The error when no lookup command named a commit."""
+    return BuildError(f"ref {requested_ref!r} does not name a commit in {path} (looked for tag, origin branch"
+                      f"{', commit' if _HEX.match(requested_ref) else ''})",
+                      hint="check the ref (tag, branch or commit) and rerun with --ref REF")
 
 
 def origin_url(path: Path) -> str | None:

@@ -35,8 +35,8 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     source.add_argument("--ref", metavar="REF", help="tag, branch or commit to clone (default: the recipe's pinned ref)")
     source.add_argument("--source", metavar="DIR", type=Path, help="build this existing source tree instead of cloning")
     parser.add_argument("--repo", metavar="URL", help="clone from this URL (a mirror) instead of the recipe's repository")
-    parser.add_argument("--arch", default="75", help="compute capability: 75 (default, Tesla T4), sm_75, 7.5; "
-                        "'cpu' for a CPU-only llama.cpp")
+    parser.add_argument("--arch", default="75", help="architecture: 75 (default, Tesla T4), sm_75 or 7.5, one of the "
+                        "GPU table's; 'cpu' for a CPU-only llama.cpp")
     parser.add_argument("--feature", action="append", default=[], metavar="NAME",
                         help="extra cargo feature (mistral.rs: cudnn; flash-attn for --arch 80 or newer)")
     parser.add_argument("--jobs", "-j", type=int, metavar="N", help="parallel compile jobs (default: all CPUs)")
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from t4patch.verify.artifacts.check import render_report
 
     source = record["source"] or {}
-    say(f"built {recipe.name} for {'the CPU' if not plan.cuda else 'sm_' + plan.arch} in "
+    say(f"built {recipe.name} for {'the CPU' if plan.arch is None else plan.arch.name} in "
         f"{format_seconds(record['durations']['total'])}")
     say(f"source  {source.get('commit') or 'tree sha256 ' + str(source.get('tree_sha256'))}"
         + (" (verified against --ref " + str(source.get('requested_ref')) + ")" if source.get("ref_verified") else ""))

@@ -23,7 +23,8 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     )
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                         help="ELF library/binary, .a archive, .fatbin, or a directory (searched recursively)")
-    parser.add_argument("--arch", default=None, help="compute capability to require (default: the build record's, else 75)")
+    parser.add_argument("--arch", default=None, help="architecture to require: 75, sm_75 or 7.5, one of the GPU table's "
+                        "(default: the build record's, else 75)")
     parser.add_argument("--require", action="append", choices=("sass", "ptx-text"), default=None,
                         help="require sm_XY SASS / embedded PTX text somewhere (default: the build record's rules)")
     parser.add_argument("--no-cuobjdump", action="store_true", help="skip the cuobjdump cross-check")
@@ -33,30 +34,28 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 
 def run(args: argparse.Namespace) -> int:
-    from t4patch.builder.plan import CPU, normalize_arch
+    from t4patch.cuda.arch import parse_build_target
     from t4patch.errors import UsageError, VerificationError
     from t4patch.verify.artifacts.check import check_artifacts, collect_files, is_binary_candidate, render_report
 
     for path in args.paths:
         if not path.exists():
             raise UsageError(f"{path} does not exist", hint="t4patch verify build ./t4patch-build/llama.cpp-sm75")
-    arch, require, cuda_files, engine = _record_rules(args.paths)
-    if args.arch is not None:
-        arch = normalize_arch(args.arch)
-    if arch == CPU:
+    recorded, require, cuda_files, engine = _record_rules(args.paths)
+    arch = parse_build_target(args.arch if args.arch is not None else recorded or "75")
+    if arch is None:
         raise UsageError("--arch cpu has no GPU code to verify", hint="t4patch verify build PATH --arch 75")
     if args.require is not None:
         require = tuple(args.require)
     files = collect_files(list(args.paths))
-    rebuild = f"t4patch build {engine or 'llama.cpp'} --arch {arch or '75'}"
+    rebuild = f"t4patch build {engine or 'llama.cpp'} --arch {arch.digits}"
     if not any(is_binary_candidate(f) or f.suffix == ".ptx" for f in files):
         # Nothing a build produces was found (an empty directory, a text file): a wrong path, not a failed
         # architecture check. A .ptx file passed by name is read as PTX text.
         where = ", ".join(str(p) for p in args.paths)
         raise UsageError(f"no ELF/.a/.fatbin files under {where}",
                          hint=f"pass a build output directory or its libraries/binaries, or build first: {rebuild}")
-    report = check_artifacts(files, int(arch or "75"), require=require, cuda_files=cuda_files,
-                             use_cuobjdump=not args.no_cuobjdump)
+    report = check_artifacts(files, arch, require=require, cuda_files=cuda_files, use_cuobjdump=not args.no_cuobjdump)
     if args.json:
         emit_json("verify build", {"ok": report.ok, **report.to_dict()})
     else:
@@ -64,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
     if not report.ok:
         problems = report.all_problems()
         raise VerificationError(
-            f"sm_{report.arch} check failed: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
-            hint=f"rebuild for this architecture: t4patch build {engine or 'llama.cpp'} --arch {report.arch}",
+            f"{arch.name} check failed: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
+            hint=f"rebuild for this architecture: {rebuild}",
         )
     return 0
 

@@ -187,13 +187,13 @@ def lz4_block_decompress(src: bytes, size: int) -> bytes:
 def _zstd_decoder():
     """A callable bytes -> bytes for zstd frames, or None when this Python has none (see module doc)."""
     try:  # Python >= 3.14
-        from compression import zstd as _std  # type: ignore[import-not-found]
+        from compression import zstd as _std
 
         return _std.decompress
     except ImportError:
         pass
     try:
-        import zstandard  # type: ignore[import-not-found]
+        import zstandard
 
         return lambda data: zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 31)
     except ImportError:
@@ -321,7 +321,10 @@ def _payload_arch(kind: int, data: bytes) -> int | None:
     match = _PTX_TARGET.search(data[:4096])
     if match is None:
         raise VerificationError("a PTX entry of a fatbin has no .target line")
-    return int(re.search(rb"\d+", match.group(1)).group())
+    digits = re.search(rb"\d+", match.group(1))
+    if digits is None:
+        raise VerificationError(f"a PTX entry of a fatbin has a .target without an architecture number ({match.group(1)!r})")
+    return int(digits.group())
 
 
 def _parse_fatbin_region(data, start: int, end: int, acc: _Acc, decode: bool) -> None:

@@ -25,6 +25,7 @@ from t4patch.builder.plan import plan_build
 from t4patch.builder.preflight import find_nvcc
 from t4patch.builder.recipe import load_recipe
 from t4patch.builder.runner import StatusPrinter
+from t4patch.cuda.arch import parse_arch
 from t4patch.errors import VerificationError
 
 pytestmark = pytest.mark.skipif(shutil.which("cargo") is None, reason="cargo not on PATH (Rust toolchain needed)")
@@ -113,7 +114,7 @@ def test_other_compute_cap_and_the_check_that_catches_it(workspace: Path, tmp_pa
     # The same binary, checked for a T4, fails loudly: its PTX targets sm_86.
     from t4patch.verify.artifacts.check import check_artifacts
 
-    t4 = check_artifacts([binary], 75, require=("ptx-text",), cuda_files=(binary,))
+    t4 = check_artifacts([binary], parse_arch("75"), require=("ptx-text",), cuda_files=(binary,))
     assert not t4.ok
     assert any("embedded PTX targets sm_86" in p for p in t4.all_problems())
 

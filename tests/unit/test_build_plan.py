@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from t4patch.builder.plan import normalize_arch, plan_build
+from t4patch.builder.plan import RESOLVE_STEP, StepOutput, commands, plan_build
 from t4patch.builder.recipe import load_recipe
 from t4patch.errors import ToolMissingError, UsageError
 
@@ -32,11 +32,11 @@ def test_llama_cpp_sm75(src: Path, tmp_path: Path) -> None:
     assert not any("virtual" in a for a in configure.argv)  # real SASS, never llama.cpp's 75-virtual default
     assert build.argv[:6] == ("cmake", "--build", str(tmp_path / "out" / "build"), "--config", "Release", "-j")
     assert build.argv[6] == "16" and build.progress == "ninja"
-    assert plan.env == {} and plan.cuda and plan.arch_number == 75
+    assert plan.env == {} and plan.cuda and plan.arch is not None and plan.arch.name == "sm_75"
     assert plan.flags["configure"] == list(configure.argv[1:])
 
 
-@pytest.mark.parametrize("arch,expected", [("86", "86"), ("sm_89", "89"), ("9.0", "90"), ("120", "120")])
+@pytest.mark.parametrize("arch,expected", [("86", "86"), ("sm_89", "89"), ("9.0", "90"), ("compute_70", "70")])
 def test_llama_cpp_other_archs(src: Path, arch: str, expected: str) -> None:
     plan = plan_build(load_recipe("llama.cpp"), arch=arch, source_dir=src)
     assert f"-DCMAKE_CUDA_ARCHITECTURES={expected}" in plan.steps[0].argv
@@ -83,13 +83,22 @@ def test_mistral_rs_cudnn_and_flash_attn_gate(src: Path) -> None:
 
 def test_clone_plan_uses_ref_and_repository(tmp_path: Path) -> None:
     plan = plan_build(load_recipe("llama.cpp"), out=tmp_path / "o", ref="b1234", repository="file:///mirror/llama.cpp")
-    clone, checkout = plan.steps[:2]
-    assert clone.argv == ("git", "clone", "--progress", "--no-checkout", "--", "file:///mirror/llama.cpp",
-                          str(tmp_path / "o" / "src"))
-    assert checkout.argv[-1] == "b1234" and "--detach" in checkout.argv
-    assert clone.env == {"GIT_TERMINAL_PROMPT": "0"}
+    clone, resolve, checkout = plan.steps[:3]
+    src = str(tmp_path / "o" / "src")
+    assert clone.argv == ("git", "clone", "--progress", "--no-checkout", "--", "file:///mirror/llama.cpp", src)
+    # Resolving the ref is a step of its own: tag, then origin branch (then, for a hex-looking ref, a hash).
+    assert resolve.name == RESOLVE_STEP and [c[-1] for c in resolve.lookup] == [
+        "refs/tags/b1234^{commit}", "refs/remotes/origin/b1234^{commit}"]
+    assert all(c[:4] == ("git", "-C", src, "rev-parse") for c in resolve.lookup)
+    # The checkout takes the lookup's output: nothing in the plan is rewritten while it runs.
+    assert checkout.argv[-1] == StepOutput(RESOLVE_STEP) and "--detach" in checkout.argv
+    assert checkout.inputs() == (RESOLVE_STEP,) and checkout.bind({RESOLVE_STEP: "c0ffee"})[-1] == "c0ffee"
+    assert "<output of resolve-ref>" in checkout.shell() and " || " in resolve.shell()
+    assert clone.env == resolve.env == {"GIT_TERMINAL_PROMPT": "0"}
+    assert commands(plan)[:4] == [clone.argv, *resolve.lookup, checkout.argv]
     default = plan_build(load_recipe("llama.cpp"), out=tmp_path / "p")
-    assert default.steps[1].argv[-1] == "7182ef71e"
+    assert [c[-1] for c in default.steps[1].lookup] == [
+        "refs/tags/7182ef71e^{commit}", "refs/remotes/origin/7182ef71e^{commit}", "7182ef71e^{commit}"]
     assert default.source.repository == "https://github.com/ggml-org/llama.cpp"
 
 
@@ -99,10 +108,12 @@ def test_option_errors(src: Path) -> None:
         plan_build(recipe, ref="x", source_dir=src)
     with pytest.raises(UsageError, match="--jobs 0"):
         plan_build(recipe, jobs=0, source_dir=src)
-    for bad in ("7", "sm75x", "turing", "7.5.1"):
-        with pytest.raises(UsageError, match="expected a compute capability"):
-            normalize_arch(bad)
-    assert normalize_arch("CPU") == "cpu" and normalize_arch("sm75") == "75"
+    for bad in ("7", "sm75x", "turing", "7.5.1", "120", "sm_61"):
+        with pytest.raises(UsageError, match="expected one of sm_70, sm_75, .* or cpu") as info:
+            plan_build(recipe, arch=bad, source_dir=src)
+        assert "\n" not in str(info.value)
+    assert plan_build(recipe, arch="CPU", source_dir=src).arch is None
+    assert plan_build(recipe, arch="sm75", source_dir=src).arch_text == "75"
 
 
 def test_dry_run_prints_commands_and_env(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

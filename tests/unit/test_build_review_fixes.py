@@ -21,8 +21,9 @@ from t4patch.builder.plan import plan_build
 from t4patch.builder.recipe import load_recipe
 from t4patch.builder.runner import StatusPrinter
 from t4patch.builder.source import tree_sha256
+from t4patch.cuda.arch import parse_arch
 from t4patch.errors import BuildError, UsageError
-from t4patch.verify.artifacts.check import _ARCH, check_file
+from t4patch.verify.artifacts.check import check_file
 from tests.helpers import fake_recipe as _recipe
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git not on PATH")
@@ -75,7 +76,7 @@ def test_reused_clone_builds_the_moved_branch(tmp_path: Path) -> None:
     second = up.commit("a.txt", "two\n")
     up.push("main")
     plan, record = _build(tmp_path, ref="main", repository=up.url, out=out)
-    assert [s.name for s in plan.steps[:2]] == ["fetch", "checkout"]
+    assert [s.name for s in plan.steps[:3]] == ["fetch", "resolve-ref", "checkout"]
     assert record["source"]["commit"] == second != first["source"]["commit"]
     assert record["source"]["ref_verified"] is True
     assert (out / "src" / "a.txt").read_text() == "two\n"
@@ -166,14 +167,26 @@ def test_newer_ptx_is_not_called_jit_compilable(tmp_path: Path) -> None:
 
     lib = tmp_path / "lib.fatbin"  # SASS for sm_86, PTX for compute_80: nothing a T4 can run
     lib.write_bytes(_container(_entry(2, 86, _cubin(86)), _entry(1, 80, b".version 8.0\n.target sm_80\n")))
-    result = check_file(lib, 75, cuobjdump=None)
+    result = check_file(lib, parse_arch("75"), cuobjdump=None)
     (problem,) = result.problems
     assert "cannot run on sm_75" in problem and "JIT-compiled" not in problem, problem
 
 
-def test_cuobjdump_arch_comes_from_the_suffix_only() -> None:
-    line = "ELF file    1: libsm_80_helpers.1.sm_75.cubin PTX file 2: x.2.sm_86a.ptx"
-    assert _ARCH.findall(line) == ["75", "86"]
+def test_cuobjdump_arch_comes_from_the_suffix_only(tmp_path: Path) -> None:
+    """An artifact named like an architecture adds none: only the listed entry's suffix counts."""
+    from t4patch.cuda.cuobjdump import list_code
+
+    tool = tmp_path / "cuobjdump"
+    tool.write_text('#!/bin/sh\ncase "$1" in\n'
+                    '  --list-elf) echo "ELF file    1: libsm_80_helpers.1.sm_75.cubin"; '
+                    'echo "ELF file    2: libsm_80_helpers.2.sm_75.cubin" ;;\n'
+                    '  --list-ptx) echo "PTX file    1: x.2.sm_86a.ptx" ;;\nesac\n')
+    tool.chmod(0o755)
+    listing = list_code(tmp_path / "libsm_80_helpers.so", tool=str(tool))
+    assert listing is not None and listing.sass == ["sm_75"] and listing.ptx == ["compute_86"]
+    assert listing.cubins_for(parse_arch("sm_75")) == 2 and listing.cubins_for(parse_arch("sm_80")) == 0
+    tool.write_text("#!/bin/sh\necho 'cuobjdump fatal : Could not open input file' >&2\nexit 1\n")
+    assert list_code(tmp_path / "missing.so", tool=str(tool)) is None  # no answer, not an error
 
 
 # 7: verify build on a directory without binaries ---------------------------------------------------------------

@@ -192,7 +192,7 @@ def test_clone_path_against_local_bare_repository(tmp_path: Path) -> None:
     for ref, expected in (("v1", first), (second[:9], second), ("main", second)):
         out = tmp_path / f"out-{ref}"
         plan = plan_build(recipe, ref=ref, repository=f"file://{bare}", out=out)
-        assert [s.name for s in plan.steps[:2]] == ["clone", "checkout"]
+        assert [s.name for s in plan.steps[:3]] == ["clone", "resolve-ref", "checkout"]
         record, _ = execute(plan, [], printer=StatusPrinter(io.StringIO()))
         src = record["source"]
         assert src["commit"] == expected and src["ref_verified"] is True and src["requested_ref"] == ref
@@ -200,7 +200,7 @@ def test_clone_path_against_local_bare_repository(tmp_path: Path) -> None:
 
     # A rebuild in the same output directory reuses the clone (fetch instead of clone).
     plan = plan_build(recipe, ref="v1", repository=f"file://{bare}", out=tmp_path / "out-main")
-    assert [s.name for s in plan.steps[:2]] == ["fetch", "checkout"]
+    assert [s.name for s in plan.steps[:3]] == ["fetch", "resolve-ref", "checkout"]
     record, _ = execute(plan, [], printer=StatusPrinter(io.StringIO()))
     assert record["source"]["commit"] == first
 

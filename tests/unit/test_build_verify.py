@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from t4patch.cuda.arch import parse_arch
 from t4patch.errors import UsageError, VerificationError
 from t4patch.verify.artifacts.check import check_artifacts, collect_files
 from tests.helpers import CUDA_KERNEL as KERNEL
 from tests.helpers import needs_nvcc
 
 NVCC = shutil.which("nvcc")
+SM75 = parse_arch("sm_75")
 
 
 def _obj(tmp: Path, name: str, *gencode: str) -> Path:
@@ -76,11 +78,11 @@ def test_other_arch_and_directory_scan(tmp_path: Path) -> None:
     os.symlink(good, d / "libgood.so.0")  # a symlink to an artifact is listed once
     files = collect_files([tmp_path / "build"])
     assert sorted(f.name for f in files) == ["libbad.so", "libgood.so"]
-    report = check_artifacts(files, 75, use_cuobjdump=False)
+    report = check_artifacts(files, SM75, use_cuobjdump=False)
     assert not report.ok
     (problem,) = report.all_problems()
     assert problem.startswith("libbad.so: no sm_75 SASS in ") and problem.endswith("(SASS only for sm_80)")
-    assert check_artifacts([good], 75, use_cuobjdump=False).ok
+    assert check_artifacts([good], SM75, use_cuobjdump=False).ok
 
 
 def test_nothing_cuda_fails(tmp_path: Path) -> None:
@@ -112,7 +114,7 @@ def test_cuobjdump_cross_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     fake.write_text(FAKE_CUOBJDUMP.format(sass=sass, ptx=ptx))
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    report = check_artifacts([lib], 75)
+    report = check_artifacts([lib], SM75)
     assert report.cuobjdump == str(fake)
     assert report.files[0].cuobjdump == {"sass": [f"sm_{sass}"], "ptx": [f"compute_{ptx}"]}
     assert report.ok is agrees
@@ -127,5 +129,5 @@ def test_a_ptx_file_passed_explicitly(tmp_path: Path) -> None:
     for arch, ok in ((75, True), (86, False)):
         ptx = tmp_path / f"k{arch}.ptx"
         subprocess.run([NVCC, "-ptx", f"--gpu-architecture=sm_{arch}", str(src), "-o", str(ptx)], check=True)
-        report = check_artifacts([ptx], 75, require=("ptx-text",), use_cuobjdump=False)
+        report = check_artifacts([ptx], SM75, require=("ptx-text",), use_cuobjdump=False)
         assert report.ok is ok, report.all_problems()

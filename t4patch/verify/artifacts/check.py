@@ -18,17 +18,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from t4patch.cuda.arch import Arch
+from t4patch.cuda.cuobjdump import find_cuobjdump, list_code
 from t4patch.cuda.fatbin import FatbinSummary, arch_sorted, cuda_architectures
 from t4patch.fileio.hashing import sha256_file
 
-# The architecture in a cuobjdump listing's file name ("ELF file 1: libx.1.sm_75.cubin"): only the suffix, so an
-# artifact whose own name contains "sm_80" cannot add an architecture.
-_ARCH = re.compile(r"\.sm_(\d+)[af]?\.(?:cubin|ptx)\b")
 _SKIP_DIRS = frozenset({".git", "CMakeFiles", "deps", "incremental", ".fingerprint"})
 
 
@@ -54,7 +51,7 @@ class ArtifactResult:
 
 @dataclass(frozen=True)
 class ArtifactReport:
-    arch: int
+    arch: Arch
     files: tuple[ArtifactResult, ...]
     problems: tuple[str, ...]  # build-level problems (requirements not met anywhere)
     cuobjdump: str | None  # path of the cuobjdump used, or None
@@ -70,7 +67,7 @@ class ArtifactReport:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "arch": f"sm_{self.arch}",
+            "arch": self.arch.name,
             "ok": self.ok,
             "require": list(self.require),
             "cuobjdump": self.cuobjdump,
@@ -108,30 +105,15 @@ def collect_files(paths: list[Path]) -> list[Path]:
     return list(seen)
 
 
-def cuobjdump_archs(cuobjdump: str, path: Path) -> dict[str, list[str]] | None:
-    """Architectures cuobjdump lists for ``path`` (SASS from --list-elf, PTX from --list-ptx)."""
-    result: dict[str, list[str]] = {}
-    for key, flag in (("sass", "--list-elf"), ("ptx", "--list-ptx")):
-        try:
-            proc = subprocess.run([cuobjdump, flag, str(path)], capture_output=True, text=True, timeout=600, check=False)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        text = proc.stdout + proc.stderr
-        if proc.returncode != 0 and "does not contain device code" not in text:
-            return None
-        names = arch_sorted({f"sm_{m}" if key == "sass" else f"compute_{m}"
-                             for m in _ARCH.findall(" ".join(line for line in text.splitlines() if " file " in line))})
-        result[key] = names
-    return result
-
-
-def check_file(path: Path, arch: int, *, cuobjdump: str | None, must_have_cuda: bool = False) -> ArtifactResult:
+def check_file(path: Path, arch: Arch, *, cuobjdump: str | None, must_have_cuda: bool = False) -> ArtifactResult:
+    """Check one file for ``arch`` code; ``cuobjdump`` is the tool to cross-check with (None: no cross-check)."""
     size = path.stat().st_size
     digest = sha256_file(path)
     problems: list[str] = []
     notes: list[str] = []
     summary = cuda_architectures(path)  # ELF, archive, fatbin; any other file (a .ptx) is scanned for PTX text
-    want_sass = f"sm_{arch}"
+    want_sass = arch.sass
+    number = arch.capability
     cuobj = None
     if summary.containers:
         if want_sass not in summary.sass:
@@ -139,30 +121,31 @@ def check_file(path: Path, arch: int, *, cuobjdump: str | None, must_have_cuda: 
                     else "no SASS at all")
             # The driver JIT-compiles PTX for the GPU's own or an older architecture only: PTX for a target
             # above sm_XY cannot run on it at all.
-            jitable = arch_sorted(p for p in summary.ptx if int(re.sub(r"\D", "", p)) <= arch)
-            newer = arch_sorted(p for p in summary.ptx if int(re.sub(r"\D", "", p)) > arch)
+            jitable = arch_sorted(p for p in summary.ptx if int(re.sub(r"\D", "", p)) <= number)
+            newer = arch_sorted(p for p in summary.ptx if int(re.sub(r"\D", "", p)) > number)
             jit = (f"; PTX {', '.join(jitable)} would be JIT-compiled at first run" if jitable else "") + (
                 f"; PTX {', '.join(newer)} cannot run on {want_sass}" if newer else "")
             problems.append(f"no {want_sass} SASS in {summary.containers} fatbin container(s) ({what}{jit})")
         else:
-            missing = summary.containers_without_sass(arch)
+            missing = summary.containers_without_sass(number)
             if missing:
                 problems.append(f"{missing} of {summary.containers} fatbin containers carry no {want_sass} SASS")
         if summary.undecoded:
             notes.append(f"{summary.undecoded} fatbin entries not decoded (no decoder for "
                          f"{', '.join(summary.decoders_missing) or 'their compression'}); their architectures come "
                          "from the entry headers only")
-    newer = arch_sorted(t for t in summary.ptx_text if int(re.sub(r"\D", "", t)) > arch)
+    newer = arch_sorted(t for t in summary.ptx_text if int(re.sub(r"\D", "", t)) > number)
     if newer:
-        problems.append(f"embedded PTX targets {', '.join(newer)}, which an sm_{arch} GPU cannot JIT-compile "
+        problems.append(f"embedded PTX targets {', '.join(newer)}, which an {want_sass} GPU cannot JIT-compile "
                         f"({sum(summary.ptx_text[t] for t in newer)} module(s))")
     if must_have_cuda and not summary.has_cuda_code:
         problems.append("carries no CUDA code at all (no fatbin, no embedded PTX)")
     if cuobjdump and summary.containers:
-        cuobj = cuobjdump_archs(cuobjdump, path)
-        if cuobj is None:
+        listing = list_code(path, tool=cuobjdump)
+        if listing is None:
             notes.append(f"cuobjdump could not read {path.name}; no cross-check")
         else:
+            cuobj = listing.to_dict()
             mine_sass = arch_sorted(summary.sass)
             mine_ptx = arch_sorted(summary.ptx)
             if cuobj["sass"] != mine_sass or cuobj["ptx"] != mine_ptx:
@@ -173,14 +156,14 @@ def check_file(path: Path, arch: int, *, cuobjdump: str | None, must_have_cuda: 
 
 def check_artifacts(
     files: list[Path],
-    arch: int,
+    arch: Arch,
     *,
     require: tuple[str, ...] = (),
     cuda_files: tuple[Path, ...] = (),
     use_cuobjdump: bool = True,
 ) -> ArtifactReport:
-    """Check ``files`` for sm_``arch`` code (module docstring has the rules)."""
-    cuobjdump = shutil.which("cuobjdump") if use_cuobjdump else None
+    """Check ``files`` for ``arch`` code (module docstring has the rules)."""
+    cuobjdump = find_cuobjdump() if use_cuobjdump else None
     cuda_set = {p.resolve() for p in cuda_files}
     results = [check_file(p, arch, cuobjdump=cuobjdump, must_have_cuda=p.resolve() in cuda_set) for p in files]
     problems: list[str] = []
@@ -190,11 +173,11 @@ def check_artifacts(
     elif not any(s.has_cuda_code for s in summaries):
         problems.append(f"none of the {len(files)} file(s) carries CUDA code (no fatbin, no embedded PTX): "
                         "this is not a CUDA build")
-    if "sass" in require and not any(f"sm_{arch}" in s.sass for s in summaries):
-        problems.append(f"the build requires sm_{arch} SASS and no file has any")
-    if "ptx-text" in require and not any(s.ptx_text.get(f"sm_{arch}") for s in summaries):
+    if "sass" in require and not any(arch.sass in s.sass for s in summaries):
+        problems.append(f"the build requires {arch.sass} SASS and no file has any")
+    if "ptx-text" in require and not any(s.ptx_text.get(arch.sass) for s in summaries):
         found = sorted({t for s in summaries for t in s.ptx_text})
-        problems.append(f"the build requires embedded PTX with `.target sm_{arch}` and found "
+        problems.append(f"the build requires embedded PTX with `.target {arch.sass}` and found "
                         f"{'targets ' + ', '.join(found) if found else 'no embedded PTX'}")
     return ArtifactReport(arch, tuple(results), tuple(problems), cuobjdump, tuple(require))
 
@@ -213,14 +196,14 @@ def render_report(report: ArtifactReport) -> str:
         status = "FAIL" if r.problems else "ok"
         rows.append((r.path.name, ", ".join(arch_sorted(s.sass)) or "-", ", ".join(arch_sorted(s.ptx)) or "-", ptx_text, status,
                      _human(r.size)))
-    lines = [table(("file", "SASS", "PTX (fatbin)", "PTX text", f"sm_{report.arch}", "size"), rows)]
+    lines = [table(("file", "SASS", "PTX (fatbin)", "PTX text", report.arch.name, "size"), rows)]
     for r in report.files:
         for note in r.notes:
             lines.append(f"note: {r.path.name}: {note}")
     lines.append(f"cross-check: {'cuobjdump ' + report.cuobjdump if report.cuobjdump else 'cuobjdump not on PATH, none'}")
     for problem in report.all_problems():
         lines.append(f"problem: {problem}")
-    lines.append(f"result: sm_{report.arch} code present" if report.ok else "result: FAILED")
+    lines.append(f"result: {report.arch.name} code present" if report.ok else "result: FAILED")
     return "\n".join(lines)
 
 

@@ -20,13 +20,8 @@ import time.
 from __future__ import annotations
 
 import os
-import re
-import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
-
-_RES_USAGE = re.compile(r"REG:(?P<reg>\d+)\s+STACK:(?P<stack>\d+)\s+SHARED:(?P<shared>\d+)\s+LOCAL:(?P<local>\d+)")
 
 # Reported as the device's opt-in shared memory to Triton's own launch check. The harness must see every
 # kernel of a case (Triton would stop at the first misfit), so Triton's check is disabled and the caller
@@ -90,18 +85,13 @@ class Recorder:
         if tool is None:
             self._note("cuobjdump not found next to Triton: registers and spills are not reported")
         else:
-            fd, name = tempfile.mkstemp(suffix=".cubin")
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(cubin)
-                proc = subprocess.run([tool, "-res-usage", name], capture_output=True, text=True, check=False)
-            finally:
-                os.unlink(name)
-            match = _RES_USAGE.search(proc.stdout)
-            if proc.returncode != 0 or match is None:
-                self._note(f"cuobjdump -res-usage gave no resource line (exit {proc.returncode})")
+            from t4patch.cuda.cuobjdump import resource_usage
+
+            usage, why = resource_usage(cubin, tool=tool)
+            if usage is None:
+                self._note(why or "cuobjdump -res-usage gave no resource line")
             else:
-                result = (int(match["reg"]), int(match["stack"]))
+                result = (usage.registers, usage.stack)
         self._usage_cache[cubin] = result
         return result
 
