@@ -1,9 +1,9 @@
 """Shared fixtures (a synthetic installed engine and patch set, the CLI runner) and progress for long tests.
 
 Helpers live in ``tests/helpers.py``; this file holds only fixtures and hooks. Progress: ``helpers.progress``
-lines (wheel downloads and installs) and a heartbeat for any test running longer than
-``HEARTBEAT_AFTER_S`` are written to a duplicate of the terminal's file descriptor taken before pytest starts
-capturing, so ``pytest -q`` shows them without ``-s`` and a run never sits silent for minutes.
+lines (wheel downloads and installs) and a heartbeat for any test running longer than ``HEARTBEAT_AFTER_S``
+(60 s) are written to a duplicate of the terminal's file descriptor taken before pytest starts capturing, so
+``pytest -q`` shows them without ``-s`` and a run never sits silent for minutes (tests/unit/test_progress.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from t4patch.cli import main
 from tests import helpers
 from tests.helpers import Env, Result, make_dist, make_patch_set
 
-HEARTBEAT_AFTER_S = 60.0  # first "still running" line; then one every HEARTBEAT_EVERY_S
-HEARTBEAT_EVERY_S = 60.0
+# The first "still running" line after this many seconds of one test, then one per interval
+# (T4PATCH_TEST_HEARTBEAT_S sets both; the test of this machinery uses a short one).
+HEARTBEAT_AFTER_S = HEARTBEAT_EVERY_S = float(os.environ.get("T4PATCH_TEST_HEARTBEAT_S", "60"))
 
 
 class _Terminal:

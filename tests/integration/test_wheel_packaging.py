@@ -97,7 +97,9 @@ def test_wheel_ships_every_file_of_each_data_tree(installed: Installed) -> None:
 
 def test_wheel_ships_the_package_without_research_and_bench(installed: Installed) -> None:
     with zipfile.ZipFile(installed.wheel) as zf:
-        shipped = {n for n in zf.namelist() if n.startswith("t4patch/") and n.endswith(".py")}
+        names = zf.namelist()
+    assert [n for n in names if n.startswith("tests/")] == [], "the test suite ships in the wheel"
+    shipped = {n for n in names if n.startswith("t4patch/") and n.endswith(".py")}
     for excluded in NOT_SHIPPED:
         assert list((REPO / excluded).glob("*.py")), f"{excluded}/ has no modules: this check would be vacuous"
         assert sorted(n for n in shipped if n.startswith(excluded + "/")) == [], f"{excluded}/ ships in the wheel"
