@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 
+from t4patch import engines
+
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
@@ -41,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.site_packages, env.get("PYTHONPATH", "")]))
         target = ["--site-packages", args.site_packages]
     t4 = [sys.executable, "-m", "t4patch", "status", *target]
-    pip = [py, "-m", "pip", "show", "--disable-pip-version-check", "vllm", "sglang"]
+    pip = [py, "-m", "pip", "show", "--disable-pip-version-check", *(engine.name for engine in engines.ENGINES)]
     if args.site_packages:
         pip = [sys.executable, *pip[1:]]
 
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     t4_med, pip_med = statistics.median(t4_times), statistics.median(pip_times)
     print(f"runs: {args.runs} each, alternated")
     print(f"t4patch status     median {t4_med * 1000:7.1f} ms  (min {min(t4_times) * 1000:.1f})")
-    print(f"pip show vllm sgl  median {pip_med * 1000:7.1f} ms  (min {min(pip_times) * 1000:.1f})")
+    print(f"pip show engines   median {pip_med * 1000:7.1f} ms  (min {min(pip_times) * 1000:.1f})")
     print(f"ratio t4patch/pip: {t4_med / pip_med:.2f}x  (goal <= 1.00x)")
     return 0
 

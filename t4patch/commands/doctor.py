@@ -1,7 +1,8 @@
 """`t4patch doctor`: what GPU this is, what is installed in the target environment, what needs patching.
 
 Reads only metadata (dist-info, the CUDA driver, NVML, /proc): no torch, triton or engine import, so it runs
-in a second even where importing vLLM would take ten or fail. Missing GPU or NVML is reported, exit 0.
+in a second even where importing an engine would take ten or fail. Missing GPU or NVML is reported, exit 0.
+Engine-specific readiness checks come from the engine table (``Engine.doctor``), one section per engine.
 """
 
 from __future__ import annotations
@@ -10,16 +11,19 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from t4patch import engines as engine_table
 from t4patch.cli_options import add_json_option, add_target_options
 from t4patch.cuda.gpu import GpuReport, detect
-from t4patch.engines.sglang import doctor as sglang_support
+from t4patch.engines.base import DoctorSection
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment, resolve_target
 from t4patch.output import emit_json, say, table
 from t4patch.patching.registry import engines
 from t4patch.patching.status import engine_status
 
-# Distributions that decide whether an engine runs on Turing, in the order users think about them.
-WATCHED = ("vllm", "sglang", "sglang-kernel", "torch", "triton", "flashinfer-python", "nvidia-ml-py")
+# The stack under every engine that decides whether it runs on Turing; the engines' own distributions come
+# first, from the engine table.
+STACK = ("torch", "triton", "flashinfer-python", "nvidia-ml-py")
+WATCHED = (*engine_table.engine_distributions(), *STACK)
 
 
 def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -93,9 +97,12 @@ def run(args: argparse.Namespace) -> int:
     engine_rows = [engine_status(name, target).to_json() for name in engines()]
     mem = memory()
     notes = advice(report, pkgs, engine_rows)
-    sglang = sglang_support.check(target)
-    if sglang is not None:
-        notes.extend(sglang.warnings)
+    sections: list[tuple[str | None, DoctorSection | None]] = [
+        (engine.doctor_key, engine.doctor(target)) for engine in engine_table.ENGINES
+    ]
+    for _, section in sections:
+        if section is not None:
+            notes.extend(section.warnings)
     if args.json:
         emit_json(
             "doctor",
@@ -105,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
                 "packages": pkgs,
                 "engines": engine_rows,
                 "memory": mem,
-                "sglang": sglang.to_json() if sglang else None,
+                **{key: section.data if section else None for key, section in sections if key is not None},
                 "advice": notes,
             },
         )
@@ -151,22 +158,12 @@ def run(args: argparse.Namespace) -> int:
             ],
         )
     )
-    if sglang is not None:
-        say("")
-        say(f"SGLang {sglang.sglang_version} on Turing (Marlin runs through vLLM {sglang_support.VLLM_FOR_SGLANG}):")
-        say(f"  vLLM beside it:   {sglang.vllm_version or 'not installed'}")
-        if sglang.library:
-            cross = (
-                f"; cuobjdump lists {sglang.cuobjdump_sm75_cubins} sm_75 cubins"
-                if sglang.cuobjdump_sm75_cubins is not None
-                else ""
-            )
-            say(
-                f"  vLLM library:     {sglang.sm75_marlin_kernels} Marlin GEMM and {sglang.sm75_repack_kernels} repack "
-                f"kernels with sm_75 SASS{cross}"
-            )
-        pins = ", ".join(f"{name} torch{pin}" for name, pin in sglang.torch_pins.items()) or "none"
-        say(f"  torch:            {sglang.torch_version or 'not installed'} (pins: {pins})")
+    for _, section in sections:
+        if section is not None:
+            say("")
+            say(section.title)
+            for line in section.lines:
+                say(line)
     gib = 2**30
     if mem["ram_total"] is not None:
         say("")

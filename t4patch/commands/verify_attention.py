@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from t4patch import engines
 from t4patch.cli_options import add_json_option, add_target_options
 from t4patch.environment.target import resolve_target
 from t4patch.output import emit_json, say
@@ -19,8 +20,9 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     parser = subparsers.add_parser(
         "attention",
         help="compile each engine's Triton attention for a GPU architecture and check it fits",
-        description="Drive the installed engine's own attention launcher (vLLM unified_attention: 2D, 3D "
-        "split-K, reduce_segments; SGLang extend and grouped decode) with Gemma 4 E2B shapes, compile every "
+        description="Drive the installed engine's own attention launcher ("
+        + "; ".join(e.attention_summary for e in engines.ENGINES if e.attention_summary)
+        + ") with Gemma 4 E2B shapes, compile every "
         "launch for --arch instead of running it, and report tiles, warps, shared memory against the "
         "architecture's limit, registers and spills. Needs torch (CPU build is fine) and the triton the "
         "engine pins (pip install 't4patch[verify]'), no GPU.",
@@ -29,7 +31,8 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         "engines",
         nargs="*",
         metavar="ENGINE",
-        help="vllm and/or sglang (default: every installed engine with a case table)",
+        help=" and/or ".join(e.name for e in engines.ENGINES if e.attention_drivers)
+        + " (default: every installed engine with a case table)",
     )
     parser.add_argument(
         "--arch",

@@ -1,12 +1,13 @@
 """`t4patch verify marlin`: run the engine's Marlin W4A16 kernels on the GPU against t4patch's references.
 
 Exit codes: 0 pass; 12 VerificationError (accuracy, repack, overflow, redirect); 13 DeterminismError (only
-determinism failed); 11 NoGpuError; 10 MissingDependencyError (torch, vLLM's library, SGLang); 9
-NotAppliedError (the sglang provider on an unpatched SGLang).
+determinism failed); 11 NoGpuError; 10 MissingDependencyError (torch, the engine's library or modules); 9
+NotAppliedError (a redirecting provider on an unpatched engine).
 
-The kernels must run in the interpreter that has the engine and a CUDA torch. With ``--python EXE`` naming
-another interpreter, this command re-runs itself there (t4patch is put on that interpreter's PYTHONPATH) and
-passes its output and exit code through; ``--site-packages DIR`` puts DIR first on this interpreter's path.
+The providers and their options come from the engine table (``Engine.marlin``). The kernels must run in the
+interpreter that has the engine and a CUDA torch. With ``--python EXE`` naming another interpreter, this
+command re-runs itself there (through :mod:`t4patch.environment.interpreter`) and passes its output and exit
+code through; ``--site-packages DIR`` puts DIR first on this interpreter's path.
 """
 
 from __future__ import annotations
@@ -16,11 +17,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+from t4patch import engines
 from t4patch.cli_options import add_json_option, add_target_options
+from t4patch.engines.base import ProviderOption
+from t4patch.environment import interpreter
 from t4patch.environment.target import resolve_target
+from t4patch.errors import TargetEnvironmentError
 from t4patch.output import emit_json, say
 
-PROVIDERS = ("vllm", "sglang")
+
+def _provider_options() -> list[ProviderOption]:
+    """Every provider's own options, once each (providers of one engine family share them)."""
+    seen: dict[str, ProviderOption] = {}
+    for spec in engines.marlin_specs():
+        for option in spec.options:
+            seen.setdefault(option.flag, option)
+    return list(seen.values())
 
 
 def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -34,40 +46,24 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
             "Gemma-sized activations, and kernel time against fp16 matmul and the GPU's memory bandwidth."
         ),
     )
+    specs = engines.marlin_specs()
     parser.add_argument(
         "--provider",
-        choices=PROVIDERS,
-        default="vllm",
-        help="vllm: vLLM 0.33's ops (or its compiled library); sglang: the patched SGLang functions (the redirect)",
+        choices=[spec.name for spec in specs],
+        default=specs[0].name,
+        help="; ".join(f"{spec.name}: {spec.help}" for spec in specs),
     )
     parser.add_argument("--shapes", default="gemma4-e2b", metavar="TABLE", help="shape table in verify/shapes/")
     parser.add_argument("--m", dest="m_list", metavar="M,M,...", help="batch sizes (default 1,16,64,512; --quick: 1,64)")
     parser.add_argument("--quick", action="store_true", help="fewer batch sizes and timing replays")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights and activations")
-    parser.add_argument(
-        "--vllm-lib",
-        metavar="PATH",
-        help="vLLM's compiled vllm/_C_stable_libtorch.abi3.so (or .so.xz) to load instead of importing vllm",
-    )
+    for option in _provider_options():
+        parser.add_argument(option.flag, dest=option.dest, metavar=option.metavar, help=option.help)
     parser.add_argument("--no-speed", action="store_true", help="skip the timing (accuracy checks only)")
     add_target_options(parser)
     add_json_option(parser)
     parser.set_defaults(func=run)
     return parser
-
-
-def _other_interpreter(python: str) -> bool:
-    """Whether ``python`` is a different environment. Venvs symlink the same base interpreter, so paths are
-    not compared after resolving; the environment's ``sys.prefix`` is what tells two venvs apart."""
-    try:
-        proc = subprocess.run(
-            [python, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, timeout=60, check=False
-        )
-    except OSError:
-        return True  # let the re-run report the unusable interpreter
-    if proc.returncode != 0:
-        return True
-    return Path(proc.stdout.strip()).resolve() != Path(sys.prefix).resolve()
 
 
 def _forwarded_argv(args: argparse.Namespace) -> list[str]:
@@ -76,8 +72,10 @@ def _forwarded_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--m", args.m_list]
     if args.quick:
         argv.append("--quick")
-    if args.vllm_lib:
-        argv += ["--vllm-lib", str(Path(args.vllm_lib).expanduser().resolve())]
+    for option in _provider_options():
+        value = getattr(args, option.dest, None)
+        if value:
+            argv += [option.flag, str(Path(value).expanduser().resolve()) if option.is_path else value]
     if args.no_speed:
         argv.append("--no-speed")
     if args.json:
@@ -85,46 +83,21 @@ def _forwarded_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
-# t4patch's own dependencies; pure Python, lent to the other interpreter only where it lacks them
-_OWN_DEPENDENCIES = ("packaging", "unidiff", "pynvml", "tomli")
-
-
 def _rerun_in(python: str, args: argparse.Namespace) -> int:
-    """Run this command again under ``python``: t4patch goes first on its path, t4patch's dependencies last
-    (so that interpreter's own torch, packaging, ... win), each through a symlink so nothing else leaks in."""
-    import importlib.util
-    import tempfile
-
-    from t4patch.errors import TargetEnvironmentError
-
-    with tempfile.TemporaryDirectory(prefix="t4patch-rerun-") as tmp:
-        front, back = Path(tmp) / "front", Path(tmp) / "back"
-        front.mkdir()
-        back.mkdir()
-        (front / "t4patch").symlink_to(Path(__file__).resolve().parents[1], target_is_directory=True)
-        for name in _OWN_DEPENDENCIES:
-            spec = importlib.util.find_spec(name)
-            if spec is None or not spec.origin:
-                continue
-            origin = Path(spec.origin)
-            source = origin.parent if origin.name == "__init__.py" else origin
-            (back / source.name).symlink_to(source)
-        code = (
-            f"import sys; sys.path.insert(0, {str(front)!r}); sys.path.append({str(back)!r}); "
-            f"from t4patch.cli import main; raise SystemExit(main({_forwarded_argv(args)!r}))"
-        )
-        try:
-            return subprocess.run([python, "-c", code], check=False).returncode
-        except OSError as exc:
-            raise TargetEnvironmentError(
-                f"--python {python}: could not run it ({exc})", hint="pass e.g. --python /path/to/venv/bin/python"
-            ) from exc
+    """Run this command again under ``python``, with its output and exit code passed through."""
+    try:
+        with interpreter.t4patch_command(python, "t4patch.cli") as argv:
+            return subprocess.run([*argv, *_forwarded_argv(args)], check=False).returncode
+    except OSError as exc:
+        raise TargetEnvironmentError(
+            f"--python {python}: could not run it ({exc})", hint="pass e.g. --python /path/to/venv/bin/python"
+        ) from exc
 
 
 def run(args: argparse.Namespace) -> int:
     from t4patch.verify.marlin import report, runner
 
-    if args.python and _other_interpreter(args.python):
+    if args.python and not interpreter.is_this_environment(args.python):
         resolve_target(args.python, None)  # validates the interpreter with a clear error first
         return _rerun_in(args.python, args)
     target = resolve_target(None, args.site_packages)
@@ -139,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         m_values=runner.parse_m_list(args.m_list) if args.m_list else None,
         quick=args.quick,
         seed=args.seed,
-        vllm_lib=args.vllm_lib,
+        options={option.dest: getattr(args, option.dest, None) for option in _provider_options()},
         speed=not args.no_speed,
     )
     payload, failures = runner.run(request)

@@ -1,8 +1,8 @@
 """The environment t4patch reads or changes: which site-packages, which installed distributions.
 
 t4patch often runs from its own venv while the engine lives in the serving venv, so the target is named
-explicitly: ``--python EXE`` asks that interpreter for its ``sys.path`` (one subprocess, nothing imported
-there), ``--site-packages DIR`` names a directory (e.g. a ``pip install --target`` tree), and by default the
+explicitly: ``--python EXE`` asks that interpreter for its ``sys.path`` (one subprocess through
+:mod:`t4patch.environment.interpreter`, nothing imported there), ``--site-packages DIR`` names a directory (e.g. a ``pip install --target`` tree), and by default the
 running interpreter's own ``sys.path`` is used. Distributions are found from their ``.dist-info`` metadata,
 never by importing them, so this works for engines whose import would need a GPU or take seconds.
 """
@@ -12,9 +12,7 @@ from __future__ import annotations
 import base64
 import csv
 import io
-import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from importlib.metadata import Distribution, PathDistribution
@@ -22,6 +20,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from t4patch.environment.interpreter import probe_json
 from t4patch.errors import TargetEnvironmentError, UsageError
 
 _PROBE = (
@@ -121,6 +120,14 @@ class TargetEnvironment:
 
 def resolve_target(python: str | None = None, site_packages: str | None = None) -> TargetEnvironment:
     """Build the target from the shared ``--python`` / ``--site-packages`` options."""
+    for option, value in (("--python", python), ("--site-packages", site_packages)):
+        if value is not None and not value.strip():
+            raise UsageError(
+                f"{option} {value!r}: expected a path, found an empty value (it would silently mean this "
+                "interpreter's environment)",
+                hint=f"pass the path, e.g. {option} /path/to/venv/" + ("bin/python" if option == "--python" else
+                "lib/python3.11/site-packages"),
+            )
     if python and site_packages:
         raise UsageError(
             "--python and --site-packages name the target twice",
@@ -154,25 +161,15 @@ def _probe_interpreter(python: str) -> TargetEnvironment:
             + ("a non-executable file" if exe.exists() else "nothing"),
             hint="pass e.g. --python /path/to/venv/bin/python",
         )
-    try:
-        proc = subprocess.run(
-            [str(exe), "-c", _PROBE], capture_output=True, text=True, timeout=60, check=False
-        )
-    except OSError as exc:
-        raise TargetEnvironmentError(f"--python {python}: could not run it ({exc})") from exc
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    info = probe_json(str(exe), _PROBE)
+    shape = {"sys_path": list, "purelib": str, "platlib": str, "version": str, "executable": str}
+    if not (isinstance(info, dict) and all(isinstance(info.get(k), t) for k, t in shape.items())
+            and all(isinstance(p, str) for p in info["sys_path"])):
         raise TargetEnvironmentError(
-            f"--python {python}: expected a Python interpreter, it exited {proc.returncode}: {last}"
-        )
-    try:
-        info = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError) as exc:
-        raise TargetEnvironmentError(
-            f"--python {python}: expected a Python interpreter that prints its paths as JSON, found "
-            f"{proc.stdout.strip()[:80]!r}",
+            f"--python {python}: expected a Python interpreter that reports {sorted(shape)}, found "
+            f"{str(info)[:80]!r}",
             hint="pass a Python interpreter, e.g. --python /path/to/venv/bin/python",
-        ) from exc
+        )
     paths: list[Path] = []
     for entry in [*info["sys_path"], info["purelib"], info["platlib"]]:
         if entry and Path(entry).is_dir() and Path(entry) not in paths:

@@ -101,7 +101,7 @@ class ArchPlatform:
 
 def _package(name: str) -> types.ModuleType:
     module = types.ModuleType(name)
-    module.__path__ = []  # type: ignore[attr-defined]
+    module.__path__ = []
     sys.modules[name] = module
     return module
 
@@ -171,11 +171,11 @@ def shared_limit(limit: int | None) -> Iterator[None]:
 
         shared_memory_per_block_optin = limit
 
-    torch.cuda.get_device_properties = lambda device=None: _Props(device)  # type: ignore[assignment]
+    torch.cuda.get_device_properties = lambda device=None: _Props(device)  # type: ignore[assignment,return-value]
     try:
         yield
     finally:
-        torch.cuda.get_device_properties = real  # type: ignore[assignment]
+        torch.cuda.get_device_properties = real
 
 
 VLLM_KERNELS = ("kernel_unified_attention", "reduce_segments")

@@ -72,7 +72,7 @@ def load_sglang_attention(root: Path) -> tuple[Any, Any]:
         extend = importlib.import_module(EXTEND_MODULE)
         decode = importlib.import_module(DECODE_MODULE)
     for module in (extend, decode):
-        if not Path(module.__file__).resolve().is_relative_to(root.resolve()):
+        if not Path(str(module.__file__)).resolve().is_relative_to(root.resolve()):
             raise RuntimeError(f"{module.__name__} was imported from {module.__file__}, not from {root}")
     if not hasattr(decode, "_t4patch_smem_limit_below_sm80"):
         raise RuntimeError(f"{DECODE_MODULE} is not patched (no _t4patch_smem_limit_below_sm80)")
@@ -92,9 +92,9 @@ def target_arch(capability: tuple[int, int], limit: int | None, extend: Any = No
         from triton.runtime import driver
 
         real_target = driver.active.get_current_target()
-    torch.cuda.get_device_capability = lambda device=None: capability  # type: ignore[assignment]
+    torch.cuda.get_device_capability = lambda device=None: capability
     if gpu.DEVICE != "cuda":  # interpreter try-out on a CPU build: the launcher asks for device 0
-        torch.cuda.current_device = lambda: 0  # type: ignore[assignment]
+        torch.cuda.current_device = lambda: 0
     saved = getattr(extend, "CUDA_CAPABILITY", None)
     if extend is not None:
         extend.CUDA_CAPABILITY = capability
@@ -110,7 +110,7 @@ def target_arch(capability: tuple[int, int], limit: int | None, extend: Any = No
             with _cpu_props(limit or 232448):
                 yield
     finally:
-        torch.cuda.get_device_capability, torch.cuda.current_device = real_cap, real_current  # type: ignore[assignment]
+        torch.cuda.get_device_capability, torch.cuda.current_device = real_cap, real_current
         if extend is not None:
             extend.CUDA_CAPABILITY = saved
         if decode is not None:
@@ -125,11 +125,11 @@ def _cpu_props(limit: int) -> Iterator[None]:
 
     real = torch.cuda.get_device_properties
     props = DeviceProperties("cpu stand-in", 0, 0, limit)
-    torch.cuda.get_device_properties = lambda device=None: props  # type: ignore[assignment]
+    torch.cuda.get_device_properties = lambda device=None: props  # type: ignore[assignment,return-value]
     try:
         yield
     finally:
-        torch.cuda.get_device_properties = real  # type: ignore[assignment]
+        torch.cuda.get_device_properties = real
 
 
 def _on_device(t: Any) -> Any:
@@ -312,7 +312,7 @@ def numerics(extend: Any, decode: Any, small: bool) -> list[dict[str, Any]]:
             batch = make_pool_batch(head, seqs, seed=zlib.crc32(f"sglang/{layer}/{name}".encode()))
             mask = (window, None) if phase == "extend" else (-1, decode_window(batch, window))
             ref = reference(batch, scale, *mask)
-            floor = float((reference(batch, scale, *mask, fp16_p=True).half().float() - ref).abs().max())
+            floor = float((reference(batch, scale, mask[0], mask[1], fp16_p=True).half().float() - ref).abs().max())
             if phase == "decode":
                 rnd = random.Random(len(seqs))
                 splits = [rnd.randint(1, MAX_KV_SPLITS) for _ in seqs]  # the backend's per-sequence count

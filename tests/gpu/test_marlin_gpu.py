@@ -40,7 +40,7 @@ def _request(provider: str) -> runner.Request:
         provider=provider,
         target=resolve_target(None, site),
         quick=not full,
-        vllm_lib=os.environ.get("T4PATCH_VLLM_LIB"),
+        options={"vllm_lib": os.environ.get("T4PATCH_VLLM_LIB")},
     )
 
 

@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from t4patch.engines.sglang import marlin as sglang_loader  # noqa: E402
+from t4patch.engines.sglang.marlin_provider import SGLANG_TARGET_FILES  # noqa: E402
 from t4patch.engines.vllm import marlin as vllm_lib  # noqa: E402
 from t4patch.environment.target import resolve_target  # noqa: E402
 from t4patch.errors import ForeignFileError, MissingDependencyError, NotAppliedError  # noqa: E402
@@ -189,16 +190,16 @@ def fake_sglang_dist(root: Path, files: dict[str, bytes]) -> None:
 
 def test_sglang_with_edited_marlin_files_is_foreign(tmp_path):
     find_patch_set("sglang", "0.5.23")  # the shipped patch set must exist for this check
-    fake_sglang_dist(tmp_path, {path: b"# edited by someone\n" for path in providers.SGLANG_TARGET_FILES})
+    fake_sglang_dist(tmp_path, {path: b"# edited by someone\n" for path in SGLANG_TARGET_FILES})
     with pytest.raises(ForeignFileError) as info:
-        providers.sglang_provider(resolve_target(None, str(tmp_path)), None, capability=(7, 5))
+        providers.make_provider("sglang", resolve_target(None, str(tmp_path)), {}, (7, 5))
     assert info.value.exit_code == 6
 
 
 def test_sglang_without_marlin_files_is_missing(tmp_path):
     fake_sglang_dist(tmp_path, {})
     with pytest.raises(MissingDependencyError, match="missing"):
-        providers.sglang_provider(resolve_target(None, str(tmp_path)), None, capability=(7, 5))
+        providers.make_provider("sglang", resolve_target(None, str(tmp_path)), {}, (7, 5))
 
 
 def test_not_applied_error_exit_code():

@@ -216,16 +216,16 @@ def test_cli_pass_and_fail_exit_codes(monkeypatch, capsys):
 def test_vllm_provider_missing_is_a_missing_dependency(tmp_path):
     target = resolve_target(None, str(tmp_path))
     with pytest.raises(MissingDependencyError, match="no vllm installation") as info:
-        providers.vllm_provider(target)
+        providers.make_provider("vllm", target, {}, (9, 0))
     assert info.value.exit_code == 10 and "pip install --no-deps vllm==0.33.0" in str(info.value)
     with pytest.raises(MissingDependencyError, match="found nothing"):
-        providers.vllm_provider(target, str(tmp_path / "missing.so"))
+        providers.make_provider("vllm", target, {"vllm_lib": str(tmp_path / "missing.so")}, (9, 0))
 
 
 def test_sglang_provider_missing_is_a_missing_dependency(tmp_path):
     target = resolve_target(None, str(tmp_path))
     with pytest.raises(MissingDependencyError, match="SGLang 0.5.23") as info:
-        providers.sglang_provider(target, None, capability=(7, 5))
+        providers.make_provider("sglang", target, {}, (7, 5))
     assert info.value.exit_code == 10
 
 

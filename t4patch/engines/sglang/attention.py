@@ -46,7 +46,7 @@ def _utils_standin() -> types.ModuleType:
     module.is_gfx95_supported = lambda: False  # type: ignore[attr-defined]
     module.is_gfx1250_supported = lambda: False  # type: ignore[attr-defined]
     module.get_device_core_count = lambda device_id=0: 1  # type: ignore[attr-defined]
-    module.__path__ = []  # type: ignore[attr-defined]  # a package in SGLang; nothing below it is needed
+    module.__path__ = []  # a package in SGLang; nothing below it is needed
     return module
 
 

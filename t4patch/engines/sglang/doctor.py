@@ -1,17 +1,16 @@
-"""What SGLang 0.5.23 needs beside it on a Turing GPU, checked from files alone (for `t4patch doctor`).
+"""What a patched SGLang needs beside it on a Turing GPU, checked from files alone (for `t4patch doctor`).
 
-The patched SGLang runs Marlin through vLLM 0.33.0's compiled kernels below compute capability 8.0. That only
-works when vLLM 0.33.0 is installed in the same environment (with ``--no-deps``: the two pin different torch
-versions) and its ``_C_stable_libtorch.abi3.so`` really carries sm_75 Marlin machine code. Both are checked
-without importing anything: metadata for versions, the CUDA fatbin of the library for the kernels
-(``cuobjdump`` cross-checks when it is on PATH).
+The patched SGLang runs Marlin through a vLLM release's compiled kernels below compute capability 8.0; which
+release, and which library of it, is the patch set's ``[[requires]]`` entry (data, read here). That only works
+when that vLLM is installed in the same environment (with ``--no-deps``: the two pin different torch versions)
+and its library really carries sm_75 Marlin machine code. Both are checked without importing anything:
+metadata for versions, the CUDA fatbin of the library for the kernels (``cuobjdump`` cross-checks when it is
+on PATH).
 """
 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from email.parser import Parser
@@ -20,17 +19,21 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 
 from t4patch.cuda.cubin import function_names
+from t4patch.engines.base import DoctorSection
+from t4patch.engines.requirements import companion
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment
 from t4patch.errors import T4PatchError
+from t4patch.patching.manifest import Companion
 
-VLLM_FOR_SGLANG = "0.33.0"
-VLLM_LIBRARY = "vllm/_C_stable_libtorch.abi3.so"
+COMPANION = "vllm"  # the engine whose compiled Marlin the patched SGLang calls below cc 8.0
+DEFAULT_LIBRARY = "vllm/_C_stable_libtorch.abi3.so"  # where vLLM keeps it, when the manifest names none
 MARLIN_ARCH = 75
 
 
 @dataclass(frozen=True)
 class SglangReadiness:
     sglang_version: str
+    companion: Companion | None  # the vLLM release the installed SGLang's patch set requires
     vllm_version: str | None
     torch_version: str | None
     torch_pins: dict[str, str]  # distribution -> its torch requirement
@@ -83,13 +86,11 @@ def count_marlin_kernels(cubins: Iterable[bytes]) -> tuple[int, int]:
 
 
 def cuobjdump_sm75_cubins(path: str) -> int | None:
-    tool = shutil.which("cuobjdump")
-    if tool is None:
-        return None
-    proc = subprocess.run([tool, "--list-elf", path], capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        return None
-    return sum(1 for line in proc.stdout.splitlines() if line.rstrip().endswith(".sm_75.cubin"))
+    from t4patch.cuda.arch import parse_arch
+    from t4patch.cuda.cuobjdump import list_code
+
+    listing = list_code(path, ptx=False, timeout=300)
+    return None if listing is None else listing.cubins_for(parse_arch(str(MARLIN_ARCH)))
 
 
 def check(target: TargetEnvironment) -> SglangReadiness | None:
@@ -99,23 +100,25 @@ def check(target: TargetEnvironment) -> SglangReadiness | None:
     sglang = target.find("sglang")
     if sglang is None:
         return None
-    vllm = target.find("vllm")
+    vllm = target.find(COMPANION)
     torch = target.find("torch")
+    needs = companion("sglang", sglang.version, COMPANION)
+    wanted = needs.version if needs else "?"
     warnings: list[str] = []
     pins = {d.name: pin for d in (sglang, vllm) if d is not None and (pin := torch_requirement(d))}
     library = gemm = repack = cross = None
     if vllm is None:
         warnings.append(
             f"vLLM is not installed beside SGLang: below cc 8.0 patched SGLang runs Marlin through vLLM's "
-            f"kernels; install it after SGLang: pip install --no-deps vllm=={VLLM_FOR_SGLANG}"
+            f"kernels; install it after SGLang: pip install --no-deps vllm=={wanted}"
         )
-    elif vllm.version != VLLM_FOR_SGLANG:
+    elif vllm.version != wanted:
         warnings.append(
-            f"vLLM {vllm.version} is installed; the SGLang patch set calls vLLM {VLLM_FOR_SGLANG}'s Marlin API: "
-            f"pip install --no-deps vllm=={VLLM_FOR_SGLANG}"
+            f"vLLM {vllm.version} is installed; the SGLang patch set calls vLLM {wanted}'s Marlin API: "
+            f"pip install --no-deps vllm=={wanted}"
         )
     if vllm is not None:
-        so = vllm.root / VLLM_LIBRARY
+        so = vllm.root / ((needs.library if needs else None) or DEFAULT_LIBRARY)
         if not so.is_file():
             warnings.append(f"{so} is missing: reinstall with {vllm.reinstall_command()}")
         else:
@@ -137,7 +140,7 @@ def check(target: TargetEnvironment) -> SglangReadiness | None:
                 if not gemm or not repack:
                     warnings.append(
                         f"{so} has {gemm} sm_75 Marlin GEMM and {repack} repack kernels: this vLLM build cannot run "
-                        f"Marlin on a T4; use the PyPI wheel vllm=={VLLM_FOR_SGLANG}"
+                        f"Marlin on a T4; use the PyPI wheel vllm=={wanted}"
                     )
             cross = cuobjdump_sm75_cubins(library)
     sglang_pin = pins.get("sglang")
@@ -152,6 +155,33 @@ def check(target: TargetEnvironment) -> SglangReadiness | None:
     elif torch is None:
         warnings.append("torch is not installed in this environment")
     return SglangReadiness(
-        sglang.version, vllm.version if vllm else None, torch.version if torch else None, pins, library,
+        sglang.version, needs, vllm.version if vllm else None, torch.version if torch else None, pins, library,
         gemm, repack, cross, warnings,
+    )
+
+
+def section(target: TargetEnvironment) -> DoctorSection | None:
+    """Doctor's SGLang section: None when SGLang is not installed in ``target``."""
+    ready = check(target)
+    if ready is None:
+        return None
+    lines = [f"  vLLM beside it:   {ready.vllm_version or 'not installed'}"]
+    if ready.library:
+        cross = (
+            f"; cuobjdump lists {ready.cuobjdump_sm75_cubins} sm_75 cubins"
+            if ready.cuobjdump_sm75_cubins is not None
+            else ""
+        )
+        lines.append(
+            f"  vLLM library:     {ready.sm75_marlin_kernels} Marlin GEMM and {ready.sm75_repack_kernels} repack "
+            f"kernels with sm_75 SASS{cross}"
+        )
+    pins = ", ".join(f"{name} torch{pin}" for name, pin in ready.torch_pins.items()) or "none"
+    lines.append(f"  torch:            {ready.torch_version or 'not installed'} (pins: {pins})")
+    wanted = ready.companion.version if ready.companion else "?"
+    return DoctorSection(
+        title=f"SGLang {ready.sglang_version} on Turing (Marlin runs through vLLM {wanted}):",
+        lines=tuple(lines),
+        warnings=tuple(ready.warnings),
+        data=ready.to_json(),
     )

@@ -35,6 +35,13 @@ JIT_UTILS_MODULE = "sglang.kernels.jit.utils"
 JIT_COMMON_FILE = Path("sglang/kernels/jit/utils/common.py")
 
 
+def patched_release() -> str:
+    """The newest SGLang release t4patch ships a patch set for (the one the hints tell users to install)."""
+    from t4patch.engines.requirements import newest_supported
+
+    return newest_supported("sglang") or "?"
+
+
 class SGLangJitCalled(RuntimeError):
     """SGLang's own JIT Marlin was reached: the redirect to vLLM did not happen."""
 
@@ -58,13 +65,13 @@ def _jit_utils_standin(root: Path) -> types.ModuleType:
     spec = importlib.util.spec_from_file_location("sglang.kernels.jit.utils.common", common_path)
     if spec is None or spec.loader is None or not common_path.is_file():
         raise MissingDependencyError(
-            f"expected SGLang's {JIT_COMMON_FILE} in {root}, found nothing (not SGLang 0.5.23?)",
-            hint="pip install sglang==0.5.23, then t4patch apply sglang",
+            f"expected SGLang's {JIT_COMMON_FILE} in {root}, found nothing (not SGLang {patched_release()}?)",
+            hint=f"pip install sglang=={patched_release()}, then t4patch apply sglang",
         )
     common = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = common
     spec.loader.exec_module(common)
-    module.cache_once = common.cache_once
+    module.cache_once = common.cache_once  # type: ignore[attr-defined]
 
     def load_jit(*args: object, **kwargs: object) -> object:
         raise SGLangJitCalled(
@@ -74,9 +81,9 @@ def _jit_utils_standin(root: Path) -> types.ModuleType:
     def make_cpp_args(*args: object, **kwargs: object) -> str:
         raise SGLangJitCalled("SGLang's JIT argument builder was called: the call was not redirected to vLLM")
 
-    module.load_jit = load_jit
-    module.make_cpp_args = make_cpp_args
-    module._t4patch_standin = True
+    module.load_jit = load_jit  # type: ignore[attr-defined]
+    module.make_cpp_args = make_cpp_args  # type: ignore[attr-defined]
+    module._t4patch_standin = True  # type: ignore[attr-defined]
     return module
 
 
@@ -90,8 +97,8 @@ def load_patched_sglang(root: Path | None) -> LoadedSGLang:
         )
     if root is None:
         raise MissingDependencyError(
-            "expected SGLang 0.5.23 in the target environment, found none",
-            hint="pip install sglang==0.5.23, then t4patch apply sglang (or pass --site-packages DIR)",
+            f"expected SGLang {patched_release()} in the target environment, found none",
+            hint=f"pip install sglang=={patched_release()}, then t4patch apply sglang (or pass --site-packages DIR)",
         )
     jit_utils = _jit_utils_standin(root)
     finder = SkeletonFinder(root, {JIT_UTILS_MODULE: jit_utils})
@@ -125,9 +132,9 @@ def install_vllm_standin(
     """
     package = types.ModuleType("vllm")
     package.__path__ = []  # a package, but nothing else of vLLM can be imported from it
-    package.__version__ = version
-    package._custom_ops = custom_ops
-    package._t4patch_standin = True
+    package.__version__ = version  # type: ignore[attr-defined]
+    package._custom_ops = custom_ops  # type: ignore[attr-defined]
+    package._t4patch_standin = True  # type: ignore[attr-defined]
     sys.modules["vllm"] = package
     sys.modules["vllm._custom_ops"] = custom_ops
     notes = [
@@ -135,7 +142,7 @@ def install_vllm_standin(
         f"vllm._custom_ops = {getattr(custom_ops, '_t4patch_standin', 'module')}"
     ]
     if scalar_type is not None:
-        package.scalar_type = scalar_type
+        package.scalar_type = scalar_type  # type: ignore[attr-defined]
         sys.modules["vllm.scalar_type"] = scalar_type
         notes.append(f"vllm.scalar_type: the real file {scalar_type.__file__}, loaded by path")
     return notes

@@ -78,7 +78,7 @@ class VllmDriver:
         platforms = importlib.import_module("vllm.platforms")
         interface = importlib.import_module("vllm.platforms.interface")
 
-        class ArchPlatform(interface.Platform):  # type: ignore[name-defined,misc]
+        class ArchPlatform(interface.Platform):  # type: ignore[name-defined]
             _enum = interface.PlatformEnum.CUDA
             device_name = "cuda"
             device_type = "cuda"
@@ -95,8 +95,8 @@ class VllmDriver:
         standin = ArchPlatform()
         # vllm.platforms resolves current_platform lazily through a module __getattr__; a real module attribute
         # takes precedence, and _current_platform keeps the lazy path answering the same object.
-        platforms.current_platform = standin
-        platforms._current_platform = standin  # noqa: SLF001
+        platforms.current_platform = standin  # type: ignore[attr-defined]
+        platforms._current_platform = standin  # type: ignore[attr-defined]
         self.module = importlib.import_module(OPS_MODULE)
         if self.module.current_platform is not standin:
             raise EngineCodeMismatch(f"{OPS_MODULE} did not pick up the architecture stand-in platform")

@@ -1,6 +1,6 @@
 """`verify attention`: prove, on any machine, whether each engine's Triton attention fits a GPU architecture.
 
-The engine's own launcher (vLLM's ``unified_attention``, SGLang's extend / decode wrappers) is called with the
+The engine's own launcher (the driver the case table names, from the engine table) is called with the
 model's shapes, so the tiles are the ones the engine really picks on that architecture; every
 ``kernel[grid](...)`` it makes is compiled for the architecture instead of run (Triton ships its own ptxas,
 so no GPU is needed), and what the compile needs is compared with the architecture's shared-memory limit.
@@ -26,6 +26,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from t4patch.environment.interpreter import t4patch_command
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment
 from t4patch.errors import (
     MissingDependencyError,
@@ -39,16 +40,6 @@ from t4patch.verify.attention.cases import Arch, CaseTable, EngineCases, load_ca
 from t4patch.verify.attention.report import AttentionReport, EngineResult, case_results
 
 WORKER_TIMEOUT_S = 3600
-_PACKAGE_DIR = Path(__file__).resolve().parents[2]  # .../t4patch
-# Runs the worker from this t4patch tree under any interpreter without putting this environment's
-# site-packages (and its torch) on that interpreter's path.
-_BOOTSTRAP = (
-    "import importlib.util, sys\n"
-    "spec = importlib.util.spec_from_file_location('t4patch', {init!r}, submodule_search_locations=[{pkg!r}])\n"
-    "mod = importlib.util.module_from_spec(spec); sys.modules['t4patch'] = mod; spec.loader.exec_module(mod)\n"
-    "from t4patch.verify.attention.worker import main\n"
-    "raise SystemExit(main(sys.argv[1:]))\n"
-)
 # Import names whose pip distribution is spelled differently.
 _PIP_NAMES = {"zmq": "pyzmq", "PIL": "pillow", "yaml": "pyyaml", "cv2": "opencv-python-headless"}
 
@@ -71,7 +62,7 @@ def select_engines(names: list[str], table: CaseTable, target: TargetEnvironment
     """The engines to verify: the named ones (each must be installed), or every installed one the table knows."""
     known = {canonicalize_name(e.distribution): e for e in table.engines}
     if names:
-        chosen = []
+        chosen: list[EngineCases] = []
         for name in names:
             key = canonicalize_name(name.split("==")[0].strip())
             if key not in known:
@@ -160,18 +151,19 @@ def run_worker(python: str, request: dict[str, Any], workdir: Path) -> dict[str,
     """Run one worker; return its JSON result (a crash without a result becomes a T4PatchError)."""
     request_path = workdir / "request.json"
     request_path.write_text(json.dumps(request), encoding="utf-8")
-    code = _BOOTSTRAP.format(init=str(_PACKAGE_DIR / "__init__.py"), pkg=str(_PACKAGE_DIR))
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONDONTWRITEBYTECODE="1")
     try:
-        proc = subprocess.run(
-            [python, "-B", "-c", code, str(request_path)],
-            capture_output=True,
-            text=True,
-            timeout=WORKER_TIMEOUT_S,
-            env=env,
-            cwd=str(workdir),
-            check=False,
-        )
+        # t4patch from this tree under that interpreter, without this environment's site-packages (its torch)
+        with t4patch_command(python, "t4patch.verify.attention.worker", flags=("-B",)) as argv:
+            proc = subprocess.run(
+                [*argv, str(request_path)],
+                capture_output=True,
+                text=True,
+                timeout=WORKER_TIMEOUT_S,
+                env=env,
+                cwd=str(workdir),
+                check=False,
+            )
     except subprocess.TimeoutExpired:
         raise T4PatchError(
             f"verify attention: the compile worker for {request['engine']['distribution']} ran over "

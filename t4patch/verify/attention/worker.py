@@ -55,17 +55,11 @@ def _sha256(path: Path) -> str | None:
 
 
 def _make_driver(request: dict[str, Any]) -> Any:
+    """The engine's driver named by the case table, found in the engine table (imported only now)."""
+    from t4patch.engines import attention_driver
+
     engine = request["engine"]
-    args = (Path(request["root"]), request["arch"], request["model"], engine["settings"])
-    if engine["driver"] == "vllm-unified-attention":
-        from t4patch.engines.vllm.attention import VllmDriver
-
-        return VllmDriver(*args)
-    if engine["driver"] == "sglang-triton-attention":
-        from t4patch.engines.sglang.attention import SglangDriver
-
-        return SglangDriver(*args)
-    raise ValueError(f"unknown driver {engine['driver']!r}")
+    return attention_driver(engine["driver"])(Path(request["root"]), request["arch"], request["model"], engine["settings"])
 
 
 def run_request(request: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The GPU checks of one shape: repack exactness, accuracy, determinism, overflow, speed, and (for the SGLang
-provider) the redirect's equality with and overhead over the direct vLLM op.
+"""The GPU checks of one shape: repack exactness, accuracy, determinism, overflow, speed, and (for a provider
+whose engine redirects Marlin to another engine's op) the redirect's equality with and overhead over that op.
 
 Every figure goes into a JSON-ready dict; every failure is appended to ``failures`` as (kind, message) so the
 verdict is computed in one place (:mod:`t4patch.verify.marlin.report`). Engine exceptions are caught per step
@@ -12,10 +12,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from t4patch.engines.sglang.marlin import SGLangJitCalled
 from t4patch.verify.marlin import layout, metrics, quant, timing
 from t4patch.verify.marlin.config import Tolerances
-from t4patch.verify.marlin.providers import VIA_VLLM_ENV, MarlinProvider
+from t4patch.verify.marlin.providers import MarlinProvider, RedirectLabels
 from t4patch.verify.marlin.shapes import LinearShape
 
 if TYPE_CHECKING:
@@ -121,8 +120,8 @@ def check_shape(provider: MarlinProvider, shape: LinearShape, settings: Settings
     try:
         marlin_q = provider.repack(packed.to(device).contiguous(), k, n)
         _sync(device)
-    except SGLangJitCalled as exc:
-        failures.add("redirect", f"{where}: repack reached SGLang's own JIT kernel ({exc})")
+    except provider.own_path_errors as exc:
+        failures.add("redirect", f"{where}: repack reached {_own_path(provider)} ({exc})")
         record["repack"] = {"exact": False, "error": _err(exc)}
         return record
     except Exception as exc:  # noqa: BLE001
@@ -186,8 +185,8 @@ def _check_m(
         poisoned = torch.full((m, n), float("nan"), dtype=torch.float16, device=a.device)
         out = gemm(False, poisoned)
         _sync(a.device)
-    except SGLangJitCalled as exc:
-        failures.add("redirect", f"{where}: GEMM reached SGLang's own JIT kernel ({exc})")
+    except provider.own_path_errors as exc:
+        failures.add("redirect", f"{where}: GEMM reached {_own_path(provider)} ({exc})")
         case.update(status="fail", error=_err(exc))
         return case
     except Exception as exc:  # noqa: BLE001
@@ -236,18 +235,23 @@ def _check_m(
     except Exception as exc:  # noqa: BLE001 - reported only; atomic-add is off by default
         case["determinism_atomic_on"] = {"runs": runs, "error": _err(exc)}
 
-    # the SGLang redirect must be vLLM's op: bitwise the same result for the same inputs
+    # a redirect must be the other engine's op: bitwise the same result for the same inputs
     if provider.direct_gemm is not None:
+        labels = _labels(provider)
+        key = f"redirect_bitwise_equal_to_{labels.direct}"
         try:
             direct = provider.direct_gemm(a, None, marlin_q, scales, direct_workspace, m, n, k, False, True)
             _sync(a.device)
             equal = bitwise_equal(out, direct)
-            case["redirect_bitwise_equal_to_vllm"] = equal
+            case[key] = equal
             if not equal:
-                failures.add("redirect", f"{where}: SGLang's result differs from vLLM's marlin_gemm with the same inputs")
+                failures.add(
+                    "redirect",
+                    f"{where}: {labels.engine}'s result differs from {labels.direct_label}'s marlin_gemm with the same inputs",
+                )
         except Exception as exc:  # noqa: BLE001
-            case["redirect_bitwise_equal_to_vllm"] = None
-            failures.add("redirect", f"{where}: direct vLLM marlin_gemm raised {_err(exc)}")
+            case[key] = None
+            failures.add("redirect", f"{where}: direct {labels.direct_label} marlin_gemm raised {_err(exc)}")
     return case
 
 
@@ -359,24 +363,26 @@ def _speed(
         }
         if t_marlin.graph_error:
             speed["graph_error"] = t_marlin.graph_error
-        if provider.direct_gemm is not None:
+        direct_gemm = provider.direct_gemm
+        if direct_gemm is not None:
+            direct_key = _labels(provider).direct
             try:
                 t_direct = timing.time_kernel(
-                    lambda i: provider.direct_gemm(a, None, qs[i], ss[i], direct_workspace, m, n, k, False, True),
+                    lambda i: direct_gemm(a, None, qs[i], ss[i], direct_workspace, m, n, k, False, True),
                     copies,
                     replays,
                 )
-                speed["direct_vllm_us"] = _rounded(t_direct.us_per_call)
+                speed[f"direct_{direct_key}_us"] = _rounded(t_direct.us_per_call)
                 speed["redirect_graph_overhead"] = _rounded(t_marlin.us_per_call / t_direct.us_per_call - 1, 3)
                 if m == overhead_m:
                     host = timing.host_overhead(
-                        lambda: provider.direct_gemm(a, None, marlin_q, scales, direct_workspace, m, n, k, False, True),
+                        lambda: direct_gemm(a, None, marlin_q, scales, direct_workspace, m, n, k, False, True),
                         lambda: provider.gemm(a, None, marlin_q, scales, workspace, m, n, k, False, True),
                         tol.eager_calls,
                         tol.eager_rounds,
                     )
-                    speed["eager_direct_vllm_us"] = _rounded(host.us_a)
-                    speed["eager_sglang_us"] = _rounded(host.us_b)
+                    speed[f"eager_direct_{direct_key}_us"] = _rounded(host.us_a)
+                    speed[f"eager_{provider.name}_us"] = _rounded(host.us_b)
                     speed["eager_paired_diff_us"] = _rounded(host.diff_us, 3)
                     speed["eager_paired_diff_iqr_us"] = _rounded(host.diff_iqr_us, 3)
                     speed["eager_rounds"] = host.rounds
@@ -384,102 +390,16 @@ def _speed(
                     speed["redirect_eager_overhead"] = _rounded(host.overhead, 3)
                     speed["redirect_overhead_goal_met"] = host.overhead <= tol.redirect_overhead_goal
             except Exception as exc:  # noqa: BLE001
-                speed["direct_vllm_error"] = _err(exc)
+                speed[f"direct_{direct_key}_error"] = _err(exc)
         case["speed"] = speed
 
 
-def probe_act_order(provider: MarlinProvider, failures: Failures, device: torch.device) -> dict[str, Any]:
-    """SGLang provider: act-order (non-empty g_idx / perm) must be refused loudly, not computed or JIT-ed."""
-    import torch
-
-    gemm = provider.raw.get("gptq_marlin_gemm")
-    repack = provider.raw.get("gptq_marlin_repack")
-    weight_type = provider.raw.get("weight_type")
-    if gemm is None or repack is None:
-        return {"applicable": False}
-    k, n, m, group = 256, 64, 1, 32
-    weight = quant.random_q4_0_weight(k, n, group_size=group, std=0.02, seed=0, label="act-order-probe")
-    packed = quant.gptq_pack(weight.codes).to(device)
-    perm = torch.randperm(k, generator=quant.cpu_generator(0, "act-order-perm")).to(torch.int32).to(device)
-    g_idx = (torch.arange(k, dtype=torch.int32) // group).to(device)
-    empty = torch.empty(0, dtype=torch.int32, device=device)
-    result: dict[str, Any] = {"applicable": True}
-
-    def attempt(what: str, fn: Any) -> None:
-        try:
-            fn()
-            _sync(device)
-        except SGLangJitCalled as exc:
-            result[what] = {"refused": False, "error": _err(exc)}
-            failures.add("redirect", f"act-order {what}: fell through to SGLang's own JIT kernel instead of refusing")
-        except Exception as exc:  # noqa: BLE001 - the refusal we want
-            result[what] = {"refused": True, "error": _err(exc)}
-        else:
-            result[what] = {"refused": False}
-            failures.add("redirect", f"act-order {what}: a non-empty g_idx/perm was accepted; vLLM 0.33 cannot honour it")
-
-    attempt("repack", lambda: repack(packed, perm=perm, size_k=k, size_n=n, num_bits=4))
-    try:
-        marlin_q = repack(packed, perm=empty, size_k=k, size_n=n, num_bits=4)
-    except Exception as exc:  # noqa: BLE001 - the per-shape repack check reports this failure in full
-        result["gemm"] = {"refused": False, "error": f"not probed: plain repack raised {_err(exc)}"}
-        return result
-    scales = layout.marlin_permute_scales(weight.scales, k, n, group).to(device)
-    a = torch.randn(m, k, generator=quant.cpu_generator(0, "act-order-a")).half().to(device)
-    workspace = provider.make_workspace(device)
-    attempt(
-        "gemm",
-        lambda: gemm(
-            a, None, marlin_q, scales, None, empty, g_idx, perm, workspace, weight_type,
-            size_m=m, size_n=n, size_k=k, is_k_full=True, use_atomic_add=False, use_fp32_reduce=True, is_zp_float=False,
-        ),
-    )
-    return result
+_UNLABELLED = RedirectLabels(engine="the engine", direct="direct", direct_label="the direct", own_path="the engine's own kernel")
 
 
-def probe_switch_off(
-    provider: MarlinProvider, capability: tuple[int, int], failures: Failures
-) -> dict[str, Any] | None:
-    """On cc >= 8.0 without SGLANG_MARLIN_VIA_VLLM, the patched SGLang must keep its own kernels (stock).
+def _labels(provider: MarlinProvider) -> RedirectLabels:
+    return provider.redirect or _UNLABELLED
 
-    The patch reads the switch once per process (an lru_cache on ``_t4patch_marlin_via_vllm``), so the
-    probe clears that cache around the call and restores the switch afterwards.
-    """
-    import os
 
-    import torch
-
-    if provider.name != "sglang" or capability < (8, 0) or provider.info.get("load_mode") != "skeleton":
-        return None
-    if not torch.cuda.is_available():
-        return None
-    decision = getattr(provider.raw.get("gemm_module"), "_t4patch_marlin_via_vllm", None)
-    if decision is None or not hasattr(decision, "cache_clear"):
-        return {"env": f"{VIA_VLLM_ENV} unset", "repack": "not probed: the patched module has no cached switch"}
-    previous = os.environ.pop(VIA_VLLM_ENV, None)
-    decision.cache_clear()
-    device = torch.device("cuda", torch.cuda.current_device())
-    k, n = 256, 64
-    packed = quant.gptq_pack(torch.full((k, n), 8, dtype=torch.int32)).to(device)
-    try:
-        provider.repack(packed, k, n)
-        torch.cuda.synchronize()
-        outcome = "redirected to vLLM without the switch (a patched install must behave as stock on cc >= 8.0)"
-        stock = False
-        failures.add("redirect", f"{VIA_VLLM_ENV} unset on cc {capability[0]}.{capability[1]}: {outcome}")
-    except SGLangJitCalled:
-        outcome = "SGLang's own JIT path, as stock (reached the t4patch stand-in of load_jit)"
-        stock = True
-    except Exception as exc:  # noqa: BLE001
-        outcome = f"raised {_err(exc)}"
-        stock = False
-    finally:
-        if previous is not None:
-            os.environ[VIA_VLLM_ENV] = previous
-        decision.cache_clear()
-    return {
-        "env": f"{VIA_VLLM_ENV} unset",
-        "capability": f"{capability[0]}.{capability[1]}",
-        "repack": outcome,
-        "stock_path_taken": stock,
-    }
+def _own_path(provider: MarlinProvider) -> str:
+    return _labels(provider).own_path

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from t4patch import engines
 from t4patch.errors import DeterminismError, VerificationError
 from t4patch.output import table
 
@@ -16,8 +17,8 @@ COMMAND = "verify marlin"
 NEXT_STEP = "rerun with --json for every figure; report it with the GPU and engine versions"
 
 
-def scope(capability: tuple[int, int], gpu_name: str) -> tuple[list[str], list[str]]:
-    """(what this run proves, what it does not) for sm_75, given the GPU it ran on."""
+def scope(capability: tuple[int, int], gpu_name: str, provider: str | None = None) -> tuple[list[str], list[str]]:
+    """(what this run proves, what it does not) for sm_75, given the GPU it ran on and the provider that ran."""
     sm = f"sm_{capability[0]}{capability[1]}"
     if capability == (7, 5):
         proves = [
@@ -30,18 +31,27 @@ def scope(capability: tuple[int, int], gpu_name: str) -> tuple[list[str], list[s
             "other Turing boards with different clocks or memory (speed only)",
         ]
         return proves, does_not
+    found = engines.marlin_spec(provider) if provider else None
+    kernels = (found[0] if found else engines.ENGINES[0]).marlin_scope()
+    numerics = kernels.numerics_reference if kernels else "upstream"
+    library = kernels.library if kernels else "the engine's library"
+    # what a redirect run proves, for every engine that has one (the sentence lists them all, whichever ran)
+    redirects = "".join(
+        f", and {scoped.redirect_clause}"
+        for engine in engines.ENGINES
+        if (scoped := engine.marlin_scope()) is not None and scoped.redirect_clause
+    )
     proves = [
-        f"the provider's code path on a real GPU ({gpu_name}, {sm}): argument mapping, workspace, dtypes, and for "
-        "the sglang provider that the patched functions reach vLLM's op and return bitwise its result",
+        f"the provider's code path on a real GPU ({gpu_name}, {sm}): argument mapping, workspace, dtypes{redirects}",
         "the repack layout equals the reference Marlin layout exactly (the layout does not depend on the GPU)",
         f"accuracy within upstream's bound and determinism with atomic-add off, for the {sm} build of the same source",
     ]
     does_not = [
-        "Turing numerics: Marlin on sm_75 accumulates in fp16 (vLLM PR #29901), so a T4's error is expected to be larger "
+        f"Turing numerics: Marlin on sm_75 accumulates in fp16 ({numerics}), so a T4's error is expected to be larger "
         f"(the seed measured 0.7e-3..2.0e-3) than {sm}'s fp32-accumulated figures here",
         "fp16-accumulation overflow: the overflow scan here ran on kernels that accumulate in fp32",
         "Turing speed or bandwidth use: times and bytes/s are this GPU's",
-        "that vLLM's library holds working sm_75 cubins: that needs a T4 (t4patch doctor reads the fatbin for their presence)",
+        f"that {library} holds working sm_75 cubins: that needs a T4 (t4patch doctor reads the fatbin for their presence)",
     ]
     return proves, does_not
 
@@ -85,6 +95,7 @@ def _det(entry: dict[str, Any] | None) -> str:
 def render_text(report: dict[str, Any]) -> str:
     gpu = report["gpu"]
     prov = report["provider"]
+    direct = redirect_target(prov)
     lines = [
         f"t4patch verify marlin: provider {prov['name']}, shapes {report['shapes']['name']}, m = "
         + ", ".join(str(m) for m in report["m"]),
@@ -113,11 +124,11 @@ def render_text(report: dict[str, Any]) -> str:
                     _det(case.get("determinism_atomic_off")),
                     _det(case.get("determinism_atomic_on")),
                 ]
-                + ([_fmt(case.get("redirect_bitwise_equal_to_vllm"))] if prov["name"] == "sglang" else [])
+                + ([_fmt(case.get(f"redirect_bitwise_equal_to_{direct}"))] if direct else [])
             )
     headers = ["shape", "N", "K", "m", "err/fp16", "err/fp32", "fp16mm/fp32", "status", "det off", "det atomic"]
-    if prov["name"] == "sglang":
-        headers.append("==vllm")
+    if direct:
+        headers.append(f"=={direct}")
     lines += ["accuracy (mean|out-ref|/mean|ref|) and determinism (distinct results / runs)", table(headers, rows), ""]
     lines.append("repack vs reference Marlin layout, and overflow scan (Gemma-sized activations)")
     rows = []
@@ -152,9 +163,9 @@ def render_text(report: dict[str, Any]) -> str:
                 _fmt(sp.get("fraction_of_peak_bandwidth"), ".0%") if sp.get("fraction_of_peak_bandwidth") else "-",
                 _fmt(sp.get("fraction_of_measured_copy"), ".0%") if sp.get("fraction_of_measured_copy") else "-",
             ]
-            if prov["name"] == "sglang":
+            if direct:
                 row += [
-                    _fmt(sp.get("direct_vllm_us"), ".2f"),
+                    _fmt(sp.get(f"direct_{direct}_us"), ".2f"),
                     _fmt(sp.get("redirect_graph_overhead"), "+.1%"),
                     _fmt(sp.get("redirect_eager_overhead"), "+.1%")
                     + (f" ({sp['eager_paired_diff_us']:+.2f}±{sp['eager_paired_diff_iqr_us']:.2f} us)"
@@ -163,8 +174,8 @@ def render_text(report: dict[str, Any]) -> str:
             speed_rows.append(row)
     if speed_rows:
         headers = ["shape", "m", "marlin us", "fp16 us", "x fp16", "GB/s", "of peak", "of copy"]
-        if prov["name"] == "sglang":
-            headers += ["vllm us", "graph ovh", "eager ovh"]
+        if direct:
+            headers += [f"{direct} us", "graph ovh", "eager ovh"]
         lines += ["speed (CUDA graph replays timed with events; weights rotated past L2)", table(headers, speed_rows), ""]
     goals = [
         case["speed"]["redirect_overhead_goal_met"]
@@ -188,6 +199,7 @@ def render_text(report: dict[str, Any]) -> str:
                 )
     if report.get("switch_off_probe"):
         lines.append(f"without {report['switch_off_probe']['env'].split()[0]}: {report['switch_off_probe']['repack']}")
+    lines += report.get("extra_summary", [])  # provider-specific lines (vllm-sm75)
     lines.append("")
     lines.append("this run proves: " + "; ".join(report["scope"]["proves"]))
     lines.append("it does not prove: " + "; ".join(report["scope"]["does_not_prove"]))
@@ -201,22 +213,14 @@ def render_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def redirect_target(prov: dict[str, Any]) -> str | None:
+    """The engine the provider's redirect forwards to (its columns in the tables), or None."""
+    found = engines.marlin_spec(prov["name"])
+    return found[1].redirect_to if found else None
+
+
 def provider_summary(prov: dict[str, Any]) -> str:
-    vllm = prov.get("vllm", {})
-    parts = []
-    if prov["name"] == "sglang":
-        sg = prov.get("sglang", {})
-        parts.append(f"sglang {sg.get('version')} (patched) at {sg.get('root')}, loaded {prov.get('load_mode')}")
-        if prov.get("redirect_forced_with"):
-            parts.append(f"forced with {prov['redirect_forced_with']}")
-    source = vllm.get("source", "?")
-    lib = vllm.get("library")
-    if lib:
-        ident = lib.get("identified_as")
-        parts.append(
-            f"vLLM {ident['version'] if ident else 'unknown build'} via {source} ({lib['path']}, sha256 {lib['sha256'][:12]})"
-        )
-    else:
-        dist = vllm.get("distribution") or {}
-        parts.append(f"vLLM {dist.get('version', '?')} via {source}")
-    return "; ".join(parts)
+    found = engines.marlin_spec(prov["name"])
+    if found is None:
+        return f"provider {prov['name']}"
+    return found[1].summary(prov)

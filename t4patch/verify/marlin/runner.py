@@ -10,7 +10,8 @@ from __future__ import annotations
 import datetime
 import platform
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from t4patch.environment.target import TargetEnvironment
@@ -31,7 +32,7 @@ class Request:
     m_values: tuple[int, ...] | None = None  # None: DEFAULT_M, or QUICK_M with quick
     quick: bool = False
     seed: int = 0
-    vllm_lib: str | None = None
+    options: Mapping[str, str | None] = field(default_factory=dict)  # the provider's own options, by dest
     speed: bool = True
 
 
@@ -99,15 +100,15 @@ def _gpu(torch: Any) -> dict[str, Any]:
 
 def run(request: Request) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """Run every check; return (the JSON payload without schema/command, the failures)."""
-    if request.provider not in providers.PROVIDERS:
-        raise UsageError(f"--provider {request.provider}: expected one of {', '.join(providers.PROVIDERS)}")
+    if request.provider not in providers.provider_names():
+        raise UsageError(f"--provider {request.provider}: expected one of {', '.join(providers.provider_names())}")
     table = load_shape_table(request.shapes)
     tolerances = config.load_tolerances()
     m_values = request.m_values or (QUICK_M if request.quick else DEFAULT_M)
     torch = _torch()
     gpu = _gpu(torch)
     capability = tuple(int(x) for x in gpu["capability"].split("."))
-    provider = providers.make_provider(request.provider, request.target, request.vllm_lib, capability)  # type: ignore[arg-type]
+    provider = providers.make_provider(request.provider, request.target, request.options, capability)  # type: ignore[arg-type]
     settings = checks.Settings(
         m_values=m_values,
         seed=request.seed,
@@ -143,14 +144,17 @@ def execute(
     failures = checks.Failures([])
     started = datetime.datetime.now(datetime.timezone.utc)
     device = checks._device(settings)  # noqa: SLF001
-    act_order = checks.probe_act_order(provider, failures, device) if provider.name == "sglang" else None
-    switch_off = checks.probe_switch_off(provider, capability, failures)  # type: ignore[arg-type]
+    act_order = provider.act_order_probe(failures, device) if provider.act_order_probe else None
+    switch_off = provider.switch_off_probe(capability, failures) if provider.switch_off_probe else None  # type: ignore[arg-type]
     results = []
     for shape in table.linears:
         results.append(checks.check_shape(provider, shape, settings, failures))
         if settings.device == "cuda":
             torch.cuda.empty_cache()
-    proves, does_not = report.scope(capability, gpu["name"])  # type: ignore[arg-type]
+    # provider-specific checks and scope (vllm-sm75: AWQ, the Turing-path guard; t4patch.verify.marlin.turing)
+    extra = provider.raw["extra_checks"](results, table, settings, failures) if "extra_checks" in provider.raw else {}
+    scope_of = provider.raw.get("scope") or (lambda cap, gpu_name: report.scope(cap, gpu_name, provider.name))
+    proves, does_not = scope_of(capability, gpu["name"])
     payload: dict[str, Any] = {
         "verdict": report.verdict(failures.items),
         "failures": [{"kind": kind, "message": message} for kind, message in failures.items],
@@ -168,4 +172,5 @@ def execute(
         "switch_off_probe": switch_off,
         "results": results,
     }
+    payload.update(extra)
     return payload, failures.items
