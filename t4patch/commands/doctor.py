@@ -15,6 +15,7 @@ from t4patch import engines as engine_table
 from t4patch.cli_options import add_json_option, add_target_options
 from t4patch.cuda.gpu import GpuReport, detect
 from t4patch.engines.base import DoctorSection
+from t4patch.environment import suggest
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment, resolve_target
 from t4patch.output import emit_json, say, table
 from t4patch.patching.registry import engines
@@ -73,8 +74,13 @@ def packages(target: TargetEnvironment) -> list[dict[str, Any]]:
     return rows
 
 
-def advice(report: GpuReport, pkgs: list[dict[str, Any]], engine_rows: list[dict[str, Any]]) -> list[str]:
-    """Plain-language warnings: each names the problem and the command that fixes it."""
+def advice(
+    report: GpuReport,
+    pkgs: list[dict[str, Any]],
+    engine_rows: list[dict[str, Any]],
+    target: TargetEnvironment | None = None,
+) -> list[str]:
+    """Plain-language warnings: each names the problem and the command that fixes it (aimed at ``target``)."""
     notes = []
     turing = [g for g in report.gpus if g.cc_tuple < (8, 0)]
     torch_row = next(p for p in pkgs if p["name"] == "torch")
@@ -82,7 +88,10 @@ def advice(report: GpuReport, pkgs: list[dict[str, Any]], engine_rows: list[dict
         notes.append("torch is a CPU-only build but a GPU is present: install a CUDA build of torch")
     for row in engine_rows:
         if row["state"] in ("not-applied", "partial") and (turing or not report.gpus):
-            notes.append(f"{row['engine']} {row['installed_version']} is not patched: t4patch apply {row['patch_set']}")
+            notes.append(
+                f"{row['engine']} {row['installed_version']} is not patched: "
+                + suggest.command(target, "apply", row["patch_set"])
+            )
         elif row["state"] == "foreign" or row["state"] == "no-patch-set":
             notes.append(f"{row['engine']}: {row['detail']}")
     for gpu in turing:
@@ -96,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     pkgs = packages(target)
     engine_rows = [engine_status(name, target).to_json() for name in engines()]
     mem = memory()
-    notes = advice(report, pkgs, engine_rows)
+    notes = advice(report, pkgs, engine_rows, target)
     sections: list[tuple[str | None, DoctorSection | None]] = [
         (engine.doctor_key, engine.doctor(target)) for engine in engine_table.ENGINES
     ]

@@ -63,5 +63,5 @@ def run(args: argparse.Namespace) -> int:
         emit_json("verify attention", report.to_json())
     else:
         say(report.render_text())
-    check(report)
+    check(report, target)
     return 0

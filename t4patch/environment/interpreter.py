@@ -58,19 +58,36 @@ def probe_json(python: str, code: str) -> Any:
             f"--python {python}: expected a Python interpreter to answer within {PROBE_TIMEOUT_S} s, it did not",
             hint="pass e.g. --python /path/to/venv/bin/python",
         ) from None
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise TargetEnvironmentError(
-            f"--python {python}: expected a Python interpreter, it exited {proc.returncode}: {last}"
-        )
+    hint = "pass a Python interpreter, e.g. --python /path/to/venv/bin/python"
     try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError) as exc:
+        answer = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+    except (ValueError, IndexError):
+        answer = None
+    if answer is None:
+        if _looks_like_python(proc.stderr):
+            # a real interpreter that failed to run the probe (a broken install, a too-old Python)
+            last = _without_code(proc.stderr, code)
+            raise TargetEnvironmentError(
+                f"--python {python}: expected a working Python interpreter, it exited {proc.returncode}: {last}",
+                hint=hint,
+            )
         raise TargetEnvironmentError(
-            f"--python {python}: expected a Python interpreter that prints its paths as JSON, found "
-            f"{proc.stdout.strip()[:80]!r}",
-            hint="pass a Python interpreter, e.g. --python /path/to/venv/bin/python",
-        ) from exc
+            f"--python {python}: expected a Python interpreter, found a program that is not one "
+            f"(it exited {proc.returncode} when asked to run Python code)",
+            hint=hint,
+        )
+    return answer
+
+
+def _looks_like_python(stderr: str) -> bool:
+    """Whether a failed run's stderr is a Python interpreter's (a traceback), not another program's."""
+    return "Traceback (most recent call last)" in stderr or stderr.lstrip().startswith(("  File ", "SyntaxError"))
+
+
+def _without_code(stderr: str, code: str) -> str:
+    """The last line of ``stderr`` that does not echo the code that was run (never print a probe script)."""
+    lines = [line for line in stderr.strip().splitlines() if line.strip() and line.strip() not in code]
+    return (lines or ["no output"])[-1][:200]
 
 
 def is_this_environment(python: str) -> bool:

@@ -13,6 +13,7 @@ import base64
 import csv
 import io
 import os
+import shlex
 import sys
 from dataclasses import dataclass, field
 from importlib.metadata import Distribution, PathDistribution
@@ -78,6 +79,9 @@ class TargetEnvironment:
     description: str
     python: str | None = None
     python_version: str | None = None
+    # the targeting options that name this environment on a command line (empty: the running interpreter), so
+    # every suggested command can carry them (see t4patch.environment.suggest)
+    options: tuple[str, ...] = ()
     _cache: dict[str, InstalledDistribution | None] = field(default_factory=dict, compare=False, repr=False)
 
     def find(self, name: str) -> InstalledDistribution | None:
@@ -104,10 +108,11 @@ class TargetEnvironment:
         return None
 
     def pip_install(self) -> str:
-        """`pip install` aimed at this environment: its interpreter's pip, or --target for a bare directory."""
+        """`pip install` aimed at this environment (shell-quoted): its interpreter's pip, or --target for a
+        bare directory."""
         if self.python:
-            return f"{self.python} -m pip install"
-        return f"pip install --upgrade --target {self.search_path[0]}"
+            return f"{shlex.quote(self.python)} -m pip install"
+        return f"pip install --upgrade --target {shlex.quote(str(self.search_path[0]))}"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -142,7 +147,8 @@ def resolve_target(python: str | None = None, site_packages: str | None = None) 
                 hint="pass the site-packages directory of the serving environment "
                 "(python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')",
             )
-        return TargetEnvironment((path,), f"site-packages {path}")
+        _refuse_environment_root(path, site_packages)
+        return TargetEnvironment((path,), f"site-packages {path}", options=("--site-packages", str(path)))
     if python:
         return _probe_interpreter(python)
     return TargetEnvironment(
@@ -179,4 +185,35 @@ def _probe_interpreter(python: str) -> TargetEnvironment:
         f"interpreter {info['executable']}",
         python=info["executable"],
         python_version=info["version"],
+        options=("--python", os.path.abspath(exe)),
+    )
+
+
+def _site_packages_below(root: Path) -> list[Path]:
+    """site-packages directories of a venv or installation prefix at ``root`` (POSIX and Windows layouts)."""
+    found = sorted(root.glob("lib/python3*/site-packages")) + sorted(root.glob("lib64/python3*/site-packages"))
+    found += [p for p in (root / "Lib" / "site-packages",) if p.is_dir()]
+    unique: dict[Path, Path] = {}
+    for p in found:
+        if p.is_dir():
+            unique.setdefault(p.resolve(), p)  # lib64 is often a link to lib
+    return list(unique.values())
+
+
+def _refuse_environment_root(path: Path, given: str) -> None:
+    """A venv or prefix root holds no distributions itself: reporting "none installed" there would be wrong."""
+    if any(path.glob("*.dist-info")):
+        return
+    below = _site_packages_below(path)
+    if not below and not (path / "pyvenv.cfg").is_file():
+        return
+    python = next((p for p in (path / "bin" / "python", path / "Scripts" / "python.exe") if p.is_file()), None)
+    options = [f"--site-packages {shlex.quote(str(p))}" for p in below[:1]]
+    if python is not None:
+        options.append(f"--python {shlex.quote(str(python))}")
+    raise TargetEnvironmentError(
+        f"--site-packages {given}: expected a site-packages directory, found the root of a Python environment "
+        f"({'a venv' if (path / 'pyvenv.cfg').is_file() else 'an installation prefix'}); its packages are in "
+        + (", ".join(str(p) for p in below) or "a site-packages directory below it"),
+        hint="rerun with " + (" or ".join(options) or "--python DIR/bin/python"),
     )

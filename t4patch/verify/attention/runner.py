@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from packaging.utils import canonicalize_name
 
+from t4patch.environment import suggest
 from t4patch.environment.interpreter import t4patch_command
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment
 from t4patch.errors import (
@@ -40,6 +44,8 @@ from t4patch.verify.attention.cases import Arch, CaseTable, EngineCases, load_ca
 from t4patch.verify.attention.report import AttentionReport, EngineResult, case_results
 
 WORKER_TIMEOUT_S = 3600
+PROGRESS_POLL_S = 0.2
+PROGRESS_WIDTH = 120
 # Import names whose pip distribution is spelled differently.
 _PIP_NAMES = {"zmq": "pyzmq", "PIL": "pillow", "yaml": "pyyaml", "cv2": "opencv-python-headless"}
 
@@ -93,7 +99,8 @@ def select_engines(names: list[str], table: CaseTable, target: TargetEnvironment
             raise UnsupportedVersionError(
                 f"{engine.distribution} {dist.version} is installed in {target.description}; verify attention "
                 f"drives {engine.distribution} {', '.join(engine.versions)} only",
-                hint=f"pip install --no-deps {engine.distribution}=={engine.versions[-1]}, or a newer t4patch",
+                hint=f"{target.pip_install()} {engine.distribution}=={engine.versions[-1]} (the whole release, with "
+                "its own dependencies), or a newer t4patch",
             )
         found.append(EngineTarget(engine, dist))
     if not found:
@@ -144,26 +151,41 @@ def build_request(
         "cases": [c.to_json() for c in cases.cases],
         "triton_cache_dir": str(cache),
         "result_path": str(result_path),
+        "progress_path": str(result_path.with_name("progress.txt")),
     }
 
 
-def run_worker(python: str, request: dict[str, Any], workdir: Path) -> dict[str, Any]:
-    """Run one worker; return its JSON result (a crash without a result becomes a T4PatchError)."""
+def run_worker(
+    python: str, request: dict[str, Any], workdir: Path, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Run one worker; return its JSON result (a crash without a result becomes a T4PatchError).
+
+    The worker appends one line per compiled case to ``request["progress_path"]`` (when set); ``progress``
+    is called with each new line while the worker runs, so a terminal shows where the compile is.
+    """
     request_path = workdir / "request.json"
     request_path.write_text(json.dumps(request), encoding="utf-8")
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONDONTWRITEBYTECODE="1")
+    progress_path = Path(request["progress_path"]) if request.get("progress_path") else None
+    out_path, err_path = workdir / "worker.stdout", workdir / "worker.stderr"
     try:
         # t4patch from this tree under that interpreter, without this environment's site-packages (its torch)
-        with t4patch_command(python, "t4patch.verify.attention.worker", flags=("-B",)) as argv:
-            proc = subprocess.run(
-                [*argv, str(request_path)],
-                capture_output=True,
-                text=True,
-                timeout=WORKER_TIMEOUT_S,
-                env=env,
-                cwd=str(workdir),
-                check=False,
-            )
+        with t4patch_command(python, "t4patch.verify.attention.worker", flags=("-B",)) as argv, \
+                out_path.open("w") as out, err_path.open("w") as err:
+            proc = subprocess.Popen([*argv, str(request_path)], stdout=out, stderr=err, env=env, cwd=str(workdir))
+            deadline = time.monotonic() + WORKER_TIMEOUT_S
+            seen = ""
+            while proc.poll() is None:
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    proc.wait()
+                    raise subprocess.TimeoutExpired(argv, WORKER_TIMEOUT_S)
+                if progress is not None and progress_path is not None and progress_path.exists():
+                    lines = progress_path.read_text(encoding="utf-8").splitlines()
+                    if lines and lines[-1] != seen:
+                        seen = lines[-1]
+                        progress(seen)
+                time.sleep(PROGRESS_POLL_S)
     except subprocess.TimeoutExpired:
         raise T4PatchError(
             f"verify attention: the compile worker for {request['engine']['distribution']} ran over "
@@ -174,7 +196,9 @@ def run_worker(python: str, request: dict[str, Any], workdir: Path) -> dict[str,
         raise T4PatchError(f"verify attention: could not start {python}: {exc}") from None
     result_path = Path(request["result_path"])
     if not result_path.exists():
-        tail = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
+        stderr = err_path.read_text(encoding="utf-8", errors="replace")
+        stdout = out_path.read_text(encoding="utf-8", errors="replace")
+        tail = (stderr.strip().splitlines() or stdout.strip().splitlines() or ["no output"])[-1]
         raise T4PatchError(
             f"verify attention: the compile worker ({python}) exited {proc.returncode} without a result: {tail}",
             hint="rerun with --debug; if it crashed inside Triton, report it with the versions of torch and triton",
@@ -182,8 +206,34 @@ def run_worker(python: str, request: dict[str, Any], workdir: Path) -> dict[str,
     return json.loads(result_path.read_text(encoding="utf-8"))
 
 
-def _raise_worker_error(engine: EngineTarget, python: str, error: dict[str, Any]) -> None:
+class TerminalProgress:
+    """One self-overwriting status line on stderr, only when stderr is a terminal (never in logs or pipes)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty()
+        self.width = 0
+
+    def show(self, text: str) -> None:
+        if not self.enabled:
+            return
+        text = text[: PROGRESS_WIDTH - 1]
+        self.stream.write("\r" + text.ljust(self.width))
+        self.stream.flush()
+        self.width = len(text)
+
+    def clear(self) -> None:
+        if self.enabled and self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+            self.width = 0
+
+
+def _raise_worker_error(
+    engine: EngineTarget, python: str, error: dict[str, Any], target: TargetEnvironment | None = None
+) -> None:
     kind = error.get("kind")
+    python = shlex.quote(python)
     message = error.get("message", "unknown error")
     series = engine.cases.triton_series
     if kind == "missing-dependency":
@@ -205,7 +255,8 @@ def _raise_worker_error(engine: EngineTarget, python: str, error: dict[str, Any]
     if kind == "engine-code":
         raise VerificationError(
             f"verify attention {engine.cases.distribution} {engine.dist.version} in {engine.dist.root}: {message}",
-            hint=f"t4patch status {engine.cases.distribution} (a file may have been changed by someone else)",
+            hint=suggest.command(target, "status", engine.cases.distribution)
+            + " (a file may have been changed by someone else)",
         )
     raise T4PatchError(
         f"verify attention {engine.cases.distribution}: internal error in the compile worker: {message}",
@@ -235,14 +286,26 @@ def verify_attention(
     extra = [site_packages] if site_packages else []
     cache = cache or default_triton_cache()
     results = []
+    terminal = TerminalProgress()
     for engine in engines:
-        with tempfile.TemporaryDirectory(prefix="t4patch-verify-") as tmp:
-            workdir = Path(tmp)
-            request = build_request(engine, arch, table, extra, workdir / "result.json", cache)
-            result = run_worker(interpreter, request, workdir)
+        label = f"verify attention: {engine.cases.distribution} {engine.dist.version} for {arch.name}"
+        total = len(table.model.layers) * len(engine.cases.cases)
+        terminal.show(f"{label}: importing the engine ({total} cases to compile)")
+        started = time.monotonic()
+
+        def show(line: str, label: str = label, started: float = started) -> None:
+            terminal.show(f"{label}: compiling, {line} done, {time.monotonic() - started:.0f} s")
+
+        try:
+            with tempfile.TemporaryDirectory(prefix="t4patch-verify-") as tmp:
+                workdir = Path(tmp)
+                request = build_request(engine, arch, table, extra, workdir / "result.json", cache)
+                result = run_worker(interpreter, request, workdir, progress=show)
+        finally:
+            terminal.clear()
         overall = patch_overall(engine.dist, target)
         if not result.get("ok"):
-            _raise_worker_error(engine, interpreter, result.get("error", {}))
+            _raise_worker_error(engine, interpreter, result.get("error", {}), target)
         results.append(
             EngineResult(
                 key=engine.cases.key,
@@ -262,8 +325,8 @@ def verify_attention(
     return AttentionReport(arch=arch, model=table.model, target=target.to_json(), engines=tuple(results))
 
 
-def check(report: AttentionReport) -> None:
-    """Raise VerificationError naming every failed case, or return when all fit."""
+def check(report: AttentionReport, target: TargetEnvironment | None = None) -> None:
+    """Raise VerificationError naming every failed case, or return when all fit (hints aimed at ``target``)."""
     failures = report.failures()
     if not failures:
         return
@@ -271,7 +334,7 @@ def check(report: AttentionReport) -> None:
     more = f" (+{len(failures) - 4} more)" if len(failures) > 4 else ""
     states = {e.patch_overall for e, _ in failures}
     hint = (
-        "t4patch apply " + " ".join(sorted({f"{e.distribution}=={e.version}" for e, _ in failures}))
+        suggest.command(target, "apply", *sorted({f"{e.distribution}=={e.version}" for e, _ in failures}))
         if states & {"not-applied", "partial"}
         else "see the table above; the failing launches would raise OutOfResources on this architecture"
     )

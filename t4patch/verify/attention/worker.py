@@ -54,6 +54,13 @@ def _sha256(path: Path) -> str | None:
         return None
 
 
+def _progress(request: dict[str, Any], line: str) -> None:
+    """One line per step for the parent's terminal display (appended: the parent reads the last one)."""
+    if request.get("progress_path"):
+        with open(request["progress_path"], "a", encoding="utf-8") as stream:
+            stream.write(line + "\n")
+
+
 def _make_driver(request: dict[str, Any]) -> Any:
     """The engine's driver named by the case table, found in the engine table (imported only now)."""
     from t4patch.engines import attention_driver
@@ -114,9 +121,11 @@ def run_request(request: dict[str, Any]) -> dict[str, Any]:
             versions=versions,
         )
 
-    results = []
+    results: list[dict[str, Any]] = []
+    total = len(request["model"]["layers"]) * len(request["cases"])
     for layer in request["model"]["layers"]:
         for case in request["cases"]:
+            _progress(request, f"{len(results)}/{total} cases (next: {layer['name']} {case['name']})")
             start = len(recorder.launches)
             entry: dict[str, Any] = {"layer": layer["name"], "case": case["name"], "path": None, "error": None}
             try:
@@ -127,6 +136,7 @@ def run_request(request: dict[str, Any]) -> dict[str, Any]:
                 entry["traceback"] = traceback.format_exc()
             entry["launches"] = [launch.to_json() for launch in recorder.launches[start:]]
             results.append(entry)
+    _progress(request, f"{len(results)}/{total} cases")
 
     return {
         "ok": True,

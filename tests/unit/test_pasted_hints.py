@@ -1,0 +1,105 @@
+"""Advice that works when pasted: every suggested command carries the user's --python / --site-packages,
+quoted for the shell, and running it (through a real shell) does what the advice says.
+
+The harness :func:`pasted` takes the text a user sees (an advice line, an error's ``next:`` hint), cuts out
+the suggested ``t4patch ...`` command exactly as printed, and runs it with ``sh -c`` from another working
+directory, so an unquoted path or a dropped targeting option fails here the way it would for the user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import t4patch.commands.doctor as doctor
+from t4patch.cuda.gpu import GpuReport
+from t4patch.environment import suggest
+from t4patch.environment.target import resolve_target
+from t4patch.errors import TargetEnvironmentError
+from tests.helpers import T4, make_dist, make_patch_set
+
+AWKWARD = "site dir 'quoted' $HOME"  # a space, quotes and a shell expansion: all must survive a paste
+
+
+def pasted(text: str, tmp_path: Path, patches: Path) -> subprocess.CompletedProcess[str]:
+    """Run the suggested command of ``text`` through ``sh -c`` as pasted, from an unrelated directory."""
+    command = text[text.index("t4patch "):].split(" (")[0].rstrip(";. ")
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    shim = bindir / "t4patch"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m t4patch "$@"\n')
+    shim.chmod(0o755)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}", T4PATCH_PATCHES=str(patches))
+    return subprocess.run(["sh", "-c", command], cwd=elsewhere, env=env, capture_output=True, text=True, check=False)
+
+
+@pytest.fixture
+def awkward_env(tmp_path, monkeypatch):
+    site = make_dist(tmp_path / AWKWARD)
+    patches = tmp_path / "patches"
+    make_patch_set(patches)
+    monkeypatch.setenv("T4PATCH_PATCHES", str(patches))
+    return site, patches
+
+
+def test_command_carries_the_targeting_options_quoted(tmp_path):
+    site = tmp_path / AWKWARD
+    site.mkdir()
+    target = resolve_target(None, str(site))
+    text = suggest.command(target, "apply", "fakeengine==1.2.0")
+    assert shlex.split(text) == ["t4patch", "apply", "fakeengine==1.2.0", "--site-packages", str(site.resolve())]
+    assert suggest.command(resolve_target(), "status") == "t4patch status"  # this interpreter: nothing to add
+    python = tmp_path / "py thon"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    assert shlex.split(suggest.command(resolve_target(str(python)), "status"))[-2:] == ["--python", str(python)]
+
+
+def test_doctor_advice_pasted_applies_to_the_same_environment(awkward_env, tmp_path, cli, monkeypatch):
+    site, patches = awkward_env
+    monkeypatch.setattr(doctor, "detect", lambda: GpuReport((T4,), "580.1", "13.0", ("nvml",)))
+    doc = json.loads(cli("doctor", "--json", "--site-packages", str(site)).out)
+    advice = next(note for note in doc["advice"] if "is not patched" in note)
+    assert "--site-packages" in advice
+    proc = pasted(advice, tmp_path, patches)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(cli("doctor", "--json", "--site-packages", str(site)).out)
+    assert [row["state"] for row in doc["engines"]] == ["applied"]
+
+
+def test_the_harness_fails_a_hint_that_drops_the_target(awkward_env, tmp_path):
+    """The harness must be able to fail: the old, untargeted hint applies to the default environment."""
+    site, patches = awkward_env
+    proc = pasted("fakeengine 1.2.0 is not patched: t4patch apply fakeengine==1.2.0", tmp_path, patches)
+    assert proc.returncode == 4  # not installed where the pasted command looks
+
+
+def test_python_that_is_not_python_is_named_without_the_probe(tmp_path):
+    with pytest.raises(TargetEnvironmentError) as info:
+        resolve_target("/bin/ls")
+    message = str(info.value)
+    assert "not a Python interpreter" in message or "found a program that is not one" in message
+    assert "sysconfig" not in message and "json.dumps" not in message
+
+
+def test_site_packages_at_a_venv_root_says_which_directory_to_use(tmp_path):
+    root = tmp_path / "venv"
+    inner = root / "lib" / "python3.11" / "site-packages"
+    inner.mkdir(parents=True)
+    (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (root / "bin").mkdir()
+    (root / "bin" / "python").write_text("")
+    with pytest.raises(TargetEnvironmentError) as info:
+        resolve_target(None, str(root))
+    assert info.value.exit_code == 3
+    assert str(inner) in info.value.message and f"--site-packages {inner}" in (info.value.hint or "")
+    assert f"--python {root / 'bin' / 'python'}" in (info.value.hint or "")
+    assert resolve_target(None, str(inner)).search_path == (inner.resolve(),)  # the real one still works
