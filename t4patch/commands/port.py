@@ -8,6 +8,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from t4patch.cli_options import add_json_option
+from t4patch.engines import example_name, example_spec
 from t4patch.errors import UsageError
 from t4patch.output import emit_json, say
 from t4patch.patching.port import port
@@ -22,7 +23,7 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         "already upstream, or by 3-way merge; never fuzz), and write a draft patch set for it: apply refuses "
         "the draft until a maintainer reviews it and deletes `draft = true`. See docs/maintaining.md.",
     )
-    parser.add_argument("spec", metavar="ENGINE==NEW", help="the release to port to, e.g. vllm==0.34.0")
+    parser.add_argument("spec", metavar="ENGINE==NEW", help=f"the release to port to, e.g. {example_name()}==<version>")
     parser.add_argument("--from", dest="from_spec", metavar="ENGINE==OLD",
                         help="the shipped set to port from (default: the nearest shipped release)")
     parser.add_argument("--wheel", metavar="PATH", help="NEW's wheel (default: the wheel cache, else pip download)")
@@ -38,7 +39,10 @@ def _exact(spec: str, option: str) -> tuple[str, str]:
     req = parse_spec(spec)
     pins = [s for s in req.specifier if s.operator == "=="]
     if len(list(req.specifier)) != 1 or not pins or "*" in pins[0].version:
-        raise UsageError(f"{option} {spec}: expected one exact release, e.g. vllm==0.34.0, found {spec!r}")
+        raise UsageError(
+            f"{option} {spec}: expected one exact release, e.g. {example_spec()}, found {spec!r}",
+            hint="t4patch list (the shipped releases)",
+        )
     return canonicalize_name(req.name), pins[0].version
 
 
