@@ -16,9 +16,9 @@ import pytest
 
 from t4patch.environment.target import resolve_target
 from t4patch.errors import (
+    DataFileError,
     MissingDependencyError,
     NotInstalledError,
-    PatchSetError,
     T4PatchError,
     UnsupportedVersionError,
     UsageError,
@@ -102,7 +102,7 @@ gpus = "T4"
     ],
 )
 def test_broken_arch_data_is_refused(tmp_path, text, problem):
-    with pytest.raises(PatchSetError) as info:
+    with pytest.raises(DataFileError) as info:  # the GPU table is not patch-set data (t4patch.cuda.arch)
         load_archs(_write(tmp_path, "archs.toml", text))
     assert problem in str(info.value)
 
@@ -157,14 +157,14 @@ path = "3d"
 )
 def test_broken_case_table_is_refused(tmp_path, old, new, problem):
     assert old in CASES_OK
-    with pytest.raises(PatchSetError) as info:
+    with pytest.raises(DataFileError) as info:  # the case table is not patch-set data
         load_cases(_write(tmp_path, "cases.toml", CASES_OK.replace(old, new)))
     assert problem in str(info.value)
 
 
 def test_duplicate_case_names_are_refused(tmp_path):
     text = CASES_OK + CASES_OK[CASES_OK.index("[[engine.vllm.case]]"):]
-    with pytest.raises(PatchSetError, match="unique"):
+    with pytest.raises(DataFileError, match="unique"):
         load_cases(_write(tmp_path, "cases.toml", text))
 
 

@@ -1,7 +1,8 @@
 """The data `verify attention` runs on: GPU architecture limits and the per-engine case table.
 
-Both are shipped TOML (``verify/gpu-archs.toml``, ``verify/attention-cases.toml``) so a new architecture or a
-new engine version is a data change, and both are validated here on load: a typo in a limit would silently
+Both are shipped TOML (``verify/gpu-archs.toml``, read by :mod:`t4patch.cuda.arch`, which owns the ``Arch``
+type; ``verify/attention-cases.toml`` here) so a new architecture or a new engine version is a data change,
+and both are validated on load: a typo in a limit would silently
 turn a misfit into a pass, which is exactly what this command exists to prevent.
 """
 
@@ -10,44 +11,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from t4patch.cuda.arch import Arch as Arch  # re-exported: the Arch type lives in t4patch.cuda.arch
+from t4patch.cuda.arch import load_archs as load_archs
+from t4patch.cuda.arch import parse_arch
 from t4patch.data.locations import data_dir
-from t4patch.data.tomlcompat import tomllib
-from t4patch.errors import PatchSetError, UsageError
+from t4patch.data.reader import DataKind, Int, ListOf, MapOf, Str, Table, optional, read
+from t4patch.engines import attention_driver_names
+from t4patch.errors import DataFileError, T4PatchError
 
 SCHEMA_VERSION = 1
-ARCHS_FILE = "gpu-archs.toml"
 CASES_FILE = "attention-cases.toml"
-DRIVERS = ("vllm-unified-attention", "sglang-triton-attention")
+DRIVERS = attention_driver_names()  # from the engine table
 PHASES = ("prefill", "decode")
-_ARCH_NAME = re.compile(r"^sm_(?P<major>\d)(?P<minor>\d)$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _DTYPES = ("float16", "bfloat16", "float32")
-
-
-@dataclass(frozen=True)
-class Arch:
-    """One GPU architecture as a compile target and its launch limit."""
-
-    name: str  # "sm_75"
-    major: int
-    minor: int
-    warp_size: int
-    shared_limit: int  # bytes: shared_memory_per_block_optin
-    gpus: str
-
-    @property
-    def capability(self) -> int:
-        return self.major * 10 + self.minor
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "capability": [self.major, self.minor],
-            "warp_size": self.warp_size,
-            "shared_memory_per_block_optin": self.shared_limit,
-            "gpus": self.gpus,
-        }
 
 
 @dataclass(frozen=True)
@@ -126,108 +105,88 @@ class CaseTable:
         return None
 
 
-def _fail(path: Path, problem: str) -> PatchSetError:
-    return PatchSetError(
-        f"{path}: {problem}",
-        hint="this shipped data file is broken; reinstall t4patch (pip install --force-reinstall t4patch)",
-    )
+CASE_TABLE = DataKind(
+    label="attention case table",
+    error=DataFileError,
+    hint="this shipped data file is broken; reinstall t4patch (pip install --force-reinstall t4patch)",
+)
+
+# The case table, stated once; the strict reader refuses unknown keys, wrong types and missing keys.
+CASES_SCHEMA = Table(
+    {
+        "schema": Int(),
+        "model": Table(
+            {"name": Str(), "num_query_heads": Int(), "num_kv_heads": Int(), "dtype": Str(), "kv_block_size": Int()}
+        ),
+        "layer": ListOf(Table({"name": Str(), "head_size": Int(), "sliding_window": Int()}), nonempty=True),
+        "engine": MapOf(
+            Table(
+                {
+                    "distribution": Str(),
+                    "versions": ListOf(Str(), nonempty=True),
+                    "driver": Str(),
+                    "triton": Str(),
+                    "files": ListOf(Str(), nonempty=True),
+                    # driver settings (integers); which driver reads which: t4patch/engines/<engine>/attention.py
+                    "max_num_seqs": optional(Int()),
+                    "max_kv_splits": optional(Int()),
+                    "kernel": MapOf(Table({"tiles": ListOf(Str(), nonempty=True)}), nonempty=True),
+                    "case": ListOf(
+                        Table(
+                            {
+                                "name": Str(),
+                                "phase": Str(),
+                                "num_seqs": Int(),
+                                "query_len": Int(),
+                                "context_len": Int(),
+                                "path": Str(),
+                            }
+                        ),
+                        nonempty=True,
+                    ),
+                }
+            ),
+            nonempty=True,
+        ),
+    }
+)
+_SETTINGS = ("max_num_seqs", "max_kv_splits")
 
 
-def _read(path: Path) -> dict[str, object]:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise _fail(path, "expected a TOML file, found nothing") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise _fail(path, f"expected valid TOML, found a syntax error ({exc})") from None
-    if data.get("schema") != SCHEMA_VERSION:
-        raise _fail(path, f"expected schema = {SCHEMA_VERSION}, found {data.get('schema')!r}")
-    return data
+def _fail(path: Path, problem: str) -> T4PatchError:
+    return CASE_TABLE.fail(path, problem)
 
 
-def _int(table: dict[str, object], key: str, path: Path, where: str, minimum: int = 1) -> int:
-    value = table.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+def _int(table: dict[str, Any], key: str, path: Path, where: str, minimum: int = 1) -> int:
+    value: int = table[key]  # an integer: the schema checked it
+    if value < minimum:
         raise _fail(path, f"{where}.{key}: expected an integer >= {minimum}, found {value!r}")
     return value
 
 
-def _str(table: dict[str, object], key: str, path: Path, where: str) -> str:
-    value = table.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise _fail(path, f"{where}.{key}: expected a non-empty string, found {value!r}")
-    return value
-
-
-def load_archs(path: Path | None = None) -> dict[str, Arch]:
-    """All architectures of ``gpu-archs.toml``, by name."""
-    path = path or data_dir("verify") / ARCHS_FILE
-    data = _read(path)
-    table = data.get("arch")
-    if not isinstance(table, dict) or not table:
-        raise _fail(path, "expected [arch.sm_XY] tables, found none")
-    archs: dict[str, Arch] = {}
-    for name, entry in table.items():
-        match = _ARCH_NAME.match(name)
-        if not match or not isinstance(entry, dict):
-            raise _fail(path, f"arch {name!r}: expected a table named sm_<major><minor>")
-        cap = entry.get("capability")
-        major, minor = int(match["major"]), int(match["minor"])
-        if cap != [major, minor]:
-            raise _fail(path, f"arch.{name}.capability: expected [{major}, {minor}], found {cap!r}")
-        warp = _int(entry, "warp_size", path, f"arch.{name}")
-        if warp != 32:
-            raise _fail(path, f"arch.{name}.warp_size: expected 32 (every NVIDIA architecture), found {warp}")
-        archs[name] = Arch(
-            name=name,
-            major=major,
-            minor=minor,
-            warp_size=warp,
-            shared_limit=_int(entry, "shared_memory_per_block_optin", path, f"arch.{name}", minimum=49152),
-            gpus=_str(entry, "gpus", path, f"arch.{name}"),
-        )
-    return archs
-
-
 def resolve_arch(text: str, archs: dict[str, Arch] | None = None) -> Arch:
-    """``--arch`` value -> Arch; accepts ``sm_75``, ``sm75``, ``75`` and ``7.5``."""
-    archs = archs if archs is not None else load_archs()
-    cleaned = text.strip().lower().replace("sm_", "").replace("sm", "").replace(".", "")
-    name = f"sm_{cleaned}"
-    if name not in archs:
-        raise UsageError(
-            f"--arch {text}: expected one of {', '.join(sorted(archs))}, found no such architecture",
-            hint="pass e.g. --arch sm_75 (Tesla T4) or --arch sm_80 (A100)",
-        )
-    return archs[name]
+    """``--arch`` value -> Arch (:func:`t4patch.cuda.arch.parse_arch`)."""
+    return parse_arch(text, archs=archs)
 
 
 def load_cases(path: Path | None = None) -> CaseTable:
     """The case table of ``attention-cases.toml``, validated."""
     path = path or data_dir("verify") / CASES_FILE
-    data = _read(path)
+    data = read(path, CASES_SCHEMA, CASE_TABLE, version=SCHEMA_VERSION)
     model = _load_model(data, path)
-    engines_table = data.get("engine")
-    if not isinstance(engines_table, dict) or not engines_table:
-        raise _fail(path, "expected [engine.<name>] tables, found none")
-    engines = tuple(_load_engine(key, entry, model, path) for key, entry in engines_table.items())
+    engines = tuple(_load_engine(key, entry, model, path) for key, entry in data["engine"].items())
     return CaseTable(model=model, engines=engines)
 
 
-def _load_model(data: dict[str, object], path: Path) -> Model:
-    table = data.get("model")
-    if not isinstance(table, dict):
-        raise _fail(path, "expected a [model] table, found none")
-    dtype = _str(table, "dtype", path, "model")
+def _load_model(data: dict[str, Any], path: Path) -> Model:
+    table = data["model"]
+    dtype = table["dtype"]
     if dtype not in _DTYPES:
         raise _fail(path, f"model.dtype: expected one of {', '.join(_DTYPES)}, found {dtype!r}")
-    raw_layers = data.get("layer")
-    if not isinstance(raw_layers, list) or not raw_layers:
-        raise _fail(path, "expected [[layer]] entries, found none")
-    layers = []
-    for i, entry in enumerate(raw_layers):
+    layers: list[Layer] = []
+    for i, entry in enumerate(data["layer"], start=1):
         where = f"layer[{i}]"
-        name = _str(entry, "name", path, where)
+        name = entry["name"]
         if not _NAME.match(name) or any(l.name == name for l in layers):
             raise _fail(path, f"{where}.name: expected a unique lowercase name, found {name!r}")
         layers.append(
@@ -245,7 +204,7 @@ def _load_model(data: dict[str, object], path: Path) -> Model:
     if block % 16:
         raise _fail(path, f"model.kv_block_size: expected a multiple of 16, found {block}")
     return Model(
-        name=_str(table, "name", path, "model"),
+        name=table["name"],
         num_query_heads=heads,
         num_kv_heads=kv_heads,
         dtype=dtype,
@@ -254,44 +213,28 @@ def _load_model(data: dict[str, object], path: Path) -> Model:
     )
 
 
-def _load_engine(key: str, entry: object, model: Model, path: Path) -> EngineCases:
+def _load_engine(key: str, entry: dict[str, Any], model: Model, path: Path) -> EngineCases:
     where = f"engine.{key}"
-    if not isinstance(entry, dict):
-        raise _fail(path, f"{where}: expected a table")
-    driver = _str(entry, "driver", path, where)
+    driver = entry["driver"]
     if driver not in DRIVERS:
         raise _fail(path, f"{where}.driver: expected one of {', '.join(DRIVERS)}, found {driver!r}")
-    versions = entry.get("versions")
-    if not isinstance(versions, list) or not versions or not all(isinstance(v, str) for v in versions):
-        raise _fail(path, f"{where}.versions: expected a list of version strings, found {versions!r}")
-    series = _str(entry, "triton", path, where)
+    series = entry["triton"]
     if not re.match(r"^\d+\.\d+$", series):
         raise _fail(path, f"{where}.triton: expected a major.minor series like \"3.8\", found {series!r}")
-    files = entry.get("files")
-    if not isinstance(files, list) or not files or not all(isinstance(f, str) and f.endswith(".py") for f in files):
-        raise _fail(path, f"{where}.files: expected a list of .py paths, found {files!r}")
+    files = entry["files"]
     for f in files:
+        if not f.endswith(".py"):
+            raise _fail(path, f"{where}.files: expected a list of .py paths, found {f!r}")
         if f.startswith("/") or ".." in Path(f).parts:
             raise _fail(path, f"{where}.files: expected paths relative to site-packages, found {f!r}")
-    kernels = entry.get("kernel")
-    if not isinstance(kernels, dict) or not kernels:
-        raise _fail(path, f"{where}: expected [{where}.kernel.<name>] tables, found none")
-    kernel_tiles: dict[str, tuple[str, ...]] = {}
-    for name, table in kernels.items():
-        tiles = table.get("tiles") if isinstance(table, dict) else None
-        if not isinstance(tiles, list) or not tiles or not all(isinstance(t, str) for t in tiles):
-            raise _fail(path, f"{where}.kernel.{name}.tiles: expected a list of constexpr names, found {tiles!r}")
-        kernel_tiles[name] = tuple(tiles)
-    raw_cases = entry.get("case")
-    if not isinstance(raw_cases, list) or not raw_cases:
-        raise _fail(path, f"{where}: expected [[{where}.case]] entries, found none")
+    kernel_tiles = {name: tuple(table["tiles"]) for name, table in entry["kernel"].items()}
     cases: list[Case] = []
-    for i, raw in enumerate(raw_cases):
+    for i, raw in enumerate(entry["case"], start=1):
         cwhere = f"{where}.case[{i}]"
-        name = _str(raw, "name", path, cwhere)
+        name = raw["name"]
         if not _NAME.match(name) or any(c.name == name for c in cases):
             raise _fail(path, f"{cwhere}.name: expected a unique lowercase name, found {name!r}")
-        phase = _str(raw, "phase", path, cwhere)
+        phase = raw["phase"]
         if phase not in PHASES:
             raise _fail(path, f"{cwhere}.phase: expected one of {', '.join(PHASES)}, found {phase!r}")
         case = Case(
@@ -300,20 +243,18 @@ def _load_engine(key: str, entry: object, model: Model, path: Path) -> EngineCas
             num_seqs=_int(raw, "num_seqs", path, cwhere),
             query_len=_int(raw, "query_len", path, cwhere),
             context_len=_int(raw, "context_len", path, cwhere),
-            path=_str(raw, "path", path, cwhere),
+            path=raw["path"],
         )
         if case.phase == "decode" and case.query_len != 1:
             raise _fail(path, f"{cwhere}: a decode case has query_len 1, found {case.query_len}")
         if case.context_len < case.query_len:
             raise _fail(path, f"{cwhere}: context_len {case.context_len} < query_len {case.query_len}")
         cases.append(case)
-    settings = {
-        k: v for k, v in entry.items() if isinstance(v, int) and not isinstance(v, bool)
-    }
+    settings = {k: _int(entry, k, path, where) for k in _SETTINGS if k in entry}
     return EngineCases(
         key=key,
-        distribution=_str(entry, "distribution", path, where),
-        versions=tuple(versions),
+        distribution=entry["distribution"],
+        versions=tuple(entry["versions"]),
         driver=driver,
         triton_series=series,
         files=tuple(files),
