@@ -81,11 +81,16 @@ class PortReport:
     draft_dir: Path | None  # None when nothing landed (no draft written)
     proof: tuple[str, ...] = ()  # the draft proven against the NEW wheel, one line a file
     compiled: tuple[str, ...] = ()  # patched files compiled (Python syntax) without error
+    compile_errors: tuple[str, ...] = ()  # "path:line: message" of patched files that do not compile
     command: str = ""
 
     @property
     def complete(self) -> bool:
-        return self.draft_dir is not None and all(d.outcome in ("ported", "upstream") for d in self.diffs)
+        return (
+            self.draft_dir is not None
+            and not self.compile_errors
+            and all(d.outcome in ("ported", "upstream") for d in self.diffs)
+        )
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -110,6 +115,7 @@ class PortReport:
             "complete": self.complete,
             "proof": list(self.proof),
             "compiled": list(self.compiled),
+            "compile_errors": list(self.compile_errors),
         }
 
     def lines(self) -> list[str]:
@@ -137,6 +143,7 @@ class PortReport:
             out.append(f"  draft: {self.draft_dir} (draft = true; apply refuses it until reviewed)")
             out.append(f"  proof on {self.new_wheel.name}: {len(self.proof)} file(s) pristine = RECORD, apply "
                        f"exactly, patched hash ok, revert exactly; {len(self.compiled)} compiled")
+            out.extend(f"  DOES NOT COMPILE: {e}" for e in self.compile_errors)
             out.append("  COMPLETE: every hunk landed or is upstream; review the draft" if self.complete
                        else "  INCOMPLETE: hunks above need a hand edit before this set can ship")
         return out
@@ -223,7 +230,8 @@ def port(
     proven = load_patch_set(draft)
     with_all = proven.with_options(proven.option_names)
     proof = tuple(p.line for p in prove_against_wheel(with_all, new_wheel))
-    return replace(report, draft_dir=draft, proof=proof, compiled=tuple(_compile(with_all, new_files)))
+    compiled, errors = _compile(with_all, new_files)
+    return replace(report, draft_dir=draft, proof=proof, compiled=tuple(compiled), compile_errors=tuple(errors))
 
 
 def _outcomes(results: list[tuple[Patch, list[FilePort]]]) -> tuple[list[DiffPort], list[tuple[Patch, str, list[FilePort]]]]:
@@ -246,10 +254,12 @@ def _outcomes(results: list[tuple[Patch, list[FilePort]]]) -> tuple[list[DiffPor
     return diffs, kept
 
 
-def _compile(patch_set: PatchSet, files: ReleaseFiles) -> list[str]:
+def _compile(patch_set: PatchSet, files: ReleaseFiles) -> tuple[list[str], list[str]]:
+    """Compile every patched ``.py`` target (syntax only, nothing is run): a merge can land cleanly and still
+    leave code that does not parse, and that must be in the report, not found at import time."""
     from t4patch.patching.plan import transform_bytes
 
-    done = []
+    done, errors = [], []
     for target in patch_set.targets:
         if not target.path.endswith(".py"):
             continue
@@ -257,12 +267,10 @@ def _compile(patch_set: PatchSet, files: ReleaseFiles) -> list[str]:
         try:
             compile(data, target.path, "exec", dont_inherit=True)
         except SyntaxError as exc:
-            raise PatchSetError(
-                f"the ported {target.path} does not compile: {exc.msg} at line {exc.lineno}",
-                hint="the draft needs a hand edit at that line",
-            ) from None
+            errors.append(f"{target.path}:{exc.lineno}: {exc.msg}")
+            continue
         done.append(target.path)
-    return done
+    return done, errors
 
 
 def _write_draft(

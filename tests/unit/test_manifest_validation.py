@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from t4patch.data.locations import data_dir
 from t4patch.errors import PatchSetError
 from t4patch.patching.manifest import load_patch_set
 from t4patch.patching.registry import all_patch_sets
-from tests.helpers import CONFIG, CONFIG_PATCHED, make_patch_set, unified
+from tests.helpers import CONFIG, CONFIG_PATCHED, KERNEL, KERNEL_PATCHED, make_patch_set, sha, unified
 
 
 def edit_manifest(directory: Path, old: str, new: str) -> None:
@@ -210,3 +211,105 @@ def test_requires_table_is_in_the_schema(cli, tmp_path):
     edit_manifest(directory, 'version = "0.33.0"\nwhy', "version = 33\nwhy")
     result = cli("validate", str(directory))
     assert result.code == 7 and "requires[1].version: expected a non-empty string, found an integer (33)" in result.err
+
+
+# ------------------------------------------- maintenance metadata (DEP-3 style), optional diffs, drafts
+
+
+UPSTREAM = (
+    '\n[patch.upstream]\nlink = "https://github.com/o/r/pull/1"\nrelation = "replaces"\nforwarded = "no"\n'
+    'why = "upstream fix pending"\n'
+)
+
+
+def add_after_first_patch(directory: Path, text: str) -> None:
+    edit_manifest(directory, 'references = ["https://example.invalid/1"]\n\n[[patch]]',
+                  f'references = ["https://example.invalid/1"]\n{text}\n[[patch]]')
+
+
+def test_upstream_metadata_loads(tmp_path):
+    directory = make_patch_set(tmp_path)
+    add_after_first_patch(directory, UPSTREAM)
+    up = load_patch_set(directory).patches[0].upstream
+    assert up is not None and (up.link, up.relation, up.forwarded) == ("https://github.com/o/r/pull/1", "replaces", "no")
+    assert load_patch_set(directory).patches[1].upstream is None
+
+
+@pytest.mark.parametrize(
+    "old, new, complaint",
+    [
+        ('relation = "replaces"', 'relation = "fixes"', "patch[1].upstream.relation: expected one of mirrors, replaces"),
+        ('forwarded = "no"', "forwarded = false", "patch[1].upstream.forwarded: expected a non-empty string, found a boolean"),
+        ('link = "https://', 'link = "http://', "patch[1].upstream.link: expected an https:// URL"),
+        ('why = "upstream fix pending"\n', "", "patch[1].upstream.why: missing required key 'why'"),
+        ('forwarded = "no"', 'forwarded = "no"\nbug = "x"', "patch[1].upstream.bug: unknown key 'bug' (allowed in "
+         "patch[1].upstream: link, relation, forwarded, why)"),
+    ],
+)
+def test_upstream_metadata_is_checked(tmp_path, cli, old, new, complaint):
+    directory = make_patch_set(tmp_path)
+    add_after_first_patch(directory, UPSTREAM)
+    edit_manifest(directory, old, new)
+    result = cli("validate", str(directory))
+    assert result.code == 7 and complaint in result.err, result.err
+
+
+def test_optional_diff_is_off_unless_asked_for(tmp_path):
+    directory = make_patch_set(tmp_path)
+    edit_manifest(directory, 'title = "change 2"', 'title = "change 2"\noptional = "gate"')
+    ps = load_patch_set(directory)
+    assert [p.file for p in ps.patches] == ["0001-change-1.diff"]
+    assert [t.path for t in ps.targets] == ["fakeengine/kernel.py"]
+    assert ps.option_names == ("gate",) and [t.path for t in ps.optional_targets] == ["fakeengine/config.py"]
+    assert [p.file for p in ps.all_patches] == ["0001-change-1.diff", "0002-change-2.diff"]
+    on = ps.with_options(["gate"])
+    assert [p.file for p in on.patches] == ["0001-change-1.diff", "0002-change-2.diff"]
+    assert {t.path for t in on.targets} == {"fakeengine/kernel.py", "fakeengine/config.py"}
+    assert on.options_on == ("gate",)
+    from t4patch.errors import UsageError
+
+    with pytest.raises(UsageError, match="expected an optional diff name \\(gate\\), found nope"):
+        ps.with_options(["nope"])
+
+
+@pytest.mark.parametrize(
+    "changes_edit, complaint",
+    [
+        (("title = \"change 1\"", "title = \"change 1\"\noptional = \"first\""), "numbered after every default diff"),
+        (("title = \"change 2\"", "title = \"change 2\"\noptional = \"Bad Name\""), "patch[2].optional: expected a lowercase name"),
+    ],
+)
+def test_optional_diff_rules(tmp_path, changes_edit, complaint):
+    directory = make_patch_set(tmp_path, changes=[
+        ("fakeengine/kernel.py", KERNEL, KERNEL_PATCHED),
+        ("fakeengine/config.py", CONFIG, CONFIG_PATCHED),
+        ("fakeengine/other.py", "a = 1\n", "a = 2\n"),
+    ])
+    edit_manifest(directory, *changes_edit)
+    with pytest.raises(PatchSetError, match=re.escape(complaint)):
+        load_patch_set(directory)
+
+
+def test_optional_diff_must_own_its_files(tmp_path):
+    directory = make_patch_set(tmp_path, changes=[
+        ("fakeengine/config.py", CONFIG, CONFIG.replace("80", "75")),
+        ("fakeengine/config.py", CONFIG.replace("80", "75"), CONFIG_PATCHED.replace("80", "75") + "X = 1\n"),
+    ])
+    # the synthetic helper pins each change separately; one target per file is what the loader wants
+    text = (directory / "manifest.toml").read_text()
+    head, _, _ = text.partition("\n[[target]]")
+    final = CONFIG_PATCHED.replace("80", "75") + "X = 1\n"
+    (directory / "manifest.toml").write_text(
+        head.replace('title = "change 2"', 'title = "change 2"\noptional = "extra"')
+        + f'\n[[target]]\npath = "fakeengine/config.py"\npristine_sha256 = "{sha(CONFIG.encode())}"\n'
+        f'patched_sha256 = "{sha(final.encode())}"\n'
+    )
+    with pytest.raises(PatchSetError, match="must be the only diff of its files"):
+        load_patch_set(directory)
+
+
+def test_every_shipped_set_has_upstream_metadata_and_is_not_a_draft():
+    for ps in all_patch_sets():
+        assert not ps.draft, f"{ps.spec} is a draft: review it and remove `draft = true` before shipping"
+        for patch in ps.all_patches:
+            assert patch.upstream is not None, f"{ps.spec} {patch.file}: add [patch.upstream]"
