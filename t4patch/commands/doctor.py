@@ -8,6 +8,7 @@ Engine-specific readiness checks come from the engine table (``Engine.doctor``),
 from __future__ import annotations
 
 import argparse
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,12 @@ from t4patch.environment.target import InstalledDistribution, TargetEnvironment,
 from t4patch.output import emit_json, say, table
 from t4patch.patching.registry import engines
 from t4patch.patching.status import engine_status
+from t4patch.readiness.model import Check, Context
+from t4patch.readiness.stack import run_checks
 
 # The stack under every engine that decides whether it runs on Turing; the engines' own distributions come
 # first, from the engine table.
+WIDTH = 120  # text output fits a 120-column terminal
 STACK = ("torch", "triton", "flashinfer-python", "nvidia-ml-py")
 WATCHED = (*engine_table.engine_distributions(), *STACK)
 
@@ -99,6 +103,19 @@ def advice(
     return notes
 
 
+def render_checks(checks: list[Check], width: int = WIDTH) -> list[str]:
+    """One block per check: status, name and reason wrapped to ``width`` columns, then the fix on one line."""
+    name_width = max((len(c.name) for c in checks), default=0)
+    lines = []
+    for check in checks:
+        head = f"  {check.status:<4}  {check.name:<{name_width}}  "
+        lines += textwrap.wrap(check.reason, width, initial_indent=head, subsequent_indent=" " * len(head))
+        if check.fix:
+            # never wrapped: a fix is often a command, and a command broken over lines cannot be pasted
+            lines.append(" " * len(head) + "fix: " + check.fix)
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     target = resolve_target(args.python, args.site_packages)
     report = detect()
@@ -112,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     for _, section in sections:
         if section is not None:
             notes.extend(section.warnings)
+    checks = run_checks(Context(target, report, mem))
     if args.json:
         emit_json(
             "doctor",
@@ -122,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
                 "engines": engine_rows,
                 "memory": mem,
                 **{key: section.data if section else None for key, section in sections if key is not None},
+                "checks": [check.to_json() for check in checks],
                 "advice": notes,
             },
         )
@@ -173,6 +192,10 @@ def run(args: argparse.Namespace) -> int:
             say(section.title)
             for line in section.lines:
                 say(line)
+    say("")
+    say("checks:")
+    for line in render_checks(checks):
+        say(line)
     gib = 2**30
     if mem["ram_total"] is not None:
         say("")

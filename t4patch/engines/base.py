@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from t4patch.environment.target import TargetEnvironment
+    from t4patch.readiness.model import Check, Context
     from t4patch.verify.marlin.providers import MarlinProvider
 
 
@@ -72,6 +73,17 @@ class Engine:
     def marlin_scope(self) -> MarlinScope | None:
         """What a Marlin run on a non-Turing GPU does not prove about this engine's kernels, or None."""
         return None
+
+    # why the engine compiles kernels at run time (so needs nvcc on the serving box), or None
+    runtime_nvcc: str | None = None
+    # what the engine still uses FlashInfer for on sm_75, and the flags that avoid it, or None
+    flashinfer_on_turing: str | None = None
+    # the tensor-parallel flags that work on GPUs without peer-to-peer (several T4s over PCIe), or None
+    multi_gpu_without_p2p: str | None = None
+
+    def doctor_checks(self, ctx: Context) -> list[Check]:
+        """The engine's own ok / warn / fail checks (only files and metadata: no imports of heavy modules)."""
+        return []
 
     def doctor(self, target: TargetEnvironment) -> DoctorSection | None:
         """The engine's readiness checks on ``target`` (None when it is not installed there)."""

@@ -388,3 +388,42 @@ def test_cli_text_output_and_arch_option(tmp_path, monkeypatch, cli):
     assert "kernel_unified_attention" in result.out
     bad = cli("verify", "attention", "--arch", "sm_61", "--site-packages", str(site))
     assert bad.code == 2 and "expected one of" in bad.err
+
+
+def test_worker_progress_reaches_the_terminal_line(tmp_path):
+    """The worker's per-case progress lines are shown while it runs, on a terminal only."""
+    import io
+    import sys
+
+    from t4patch.verify.attention.runner import TerminalProgress
+
+    script = tmp_path / "fake_worker.py"
+    script.write_text(textwrap.dedent("""
+        import json, sys, time
+        request = json.load(open(sys.argv[-1]))
+        for i in range(3):
+            with open(request["progress_path"], "a") as f:
+                f.write(f"{i}/3 cases\\n")
+            time.sleep(0.5)
+        open(request["result_path"], "w").write(json.dumps({"ok": True}))
+    """))
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nfor last; do :; done\nexec "{sys.executable}" "{script}" "$last"\n')
+    python.chmod(0o755)
+    request = {"engine": {"distribution": "x"}, "result_path": str(tmp_path / "result.json"),
+               "progress_path": str(tmp_path / "progress.txt")}
+    seen: list[str] = []
+    assert run_worker(str(python), request, tmp_path, progress=seen.append) == {"ok": True}
+    assert seen and seen[0].endswith("/3 cases") and seen == sorted(seen)
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty, pipe = Tty(), io.StringIO()
+    for stream in (tty, pipe):
+        line = TerminalProgress(stream)
+        line.show("verify attention: x 1.0 for sm_75: compiling, 1/3 cases done, 0 s")
+        line.clear()
+    assert "\r" in tty.getvalue() and "1/3 cases" in tty.getvalue() and tty.getvalue().endswith("\r")
+    assert pipe.getvalue() == ""  # never in logs or pipes

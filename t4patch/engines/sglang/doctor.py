@@ -75,13 +75,17 @@ def torch_requirement(dist: InstalledDistribution) -> str | None:
 
 def count_marlin_kernels(cubins: Iterable[bytes]) -> tuple[int, int]:
     """(Marlin GEMM kernels, Marlin repack kernels) among the function symbols of the given cubins."""
+    return count_marlin_names(name for cubin in cubins for name in function_names(cubin))
+
+
+def count_marlin_names(names: Iterable[str]) -> tuple[int, int]:
+    """(Marlin GEMM kernels, Marlin repack kernels) among kernel names."""
     gemm = repack = 0
-    for cubin in cubins:
-        for name in function_names(cubin):
-            if "marlin_repack" in name.lower():
-                repack += 1
-            elif re.search(r"6Marlin[I0-9]|MarlinDefault", name):
-                gemm += 1
+    for name in names:
+        if "marlin_repack" in name.lower():
+            repack += 1
+        elif re.search(r"6Marlin[I0-9]|MarlinDefault", name):
+            gemm += 1
     return gemm, repack
 
 
@@ -95,7 +99,8 @@ def cuobjdump_sm75_cubins(path: str) -> int | None:
 
 def check(target: TargetEnvironment) -> SglangReadiness | None:
     """None when SGLang is not installed in ``target``; otherwise what it has and lacks for Turing."""
-    from t4patch.cuda.fatbin import cuda_architectures, sass_payloads
+    from t4patch.cuda.fatbin import cuda_architectures
+    from t4patch.engines.vllm.readiness import sm75_function_names
 
     sglang = target.find("sglang")
     if sglang is None:
@@ -124,7 +129,8 @@ def check(target: TargetEnvironment) -> SglangReadiness | None:
         else:
             library = str(so)
             try:
-                gemm, repack = count_marlin_kernels(sass_payloads(so, MARLIN_ARCH))
+                # decoded once per process: the vLLM all-reduce check reads the same sm_75 kernels
+                gemm, repack = count_marlin_names(sm75_function_names(so))
             except T4PatchError as exc:
                 # Without a zstd decoder the kernel names cannot be read; the entry headers still say
                 # whether sm_75 machine code is there at all.

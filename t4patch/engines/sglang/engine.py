@@ -11,6 +11,7 @@ from t4patch.engines.vllm.engine import LIBRARY_OPTION, VllmEngine
 
 if TYPE_CHECKING:
     from t4patch.environment.target import TargetEnvironment
+    from t4patch.readiness.model import Check, Context
     from t4patch.verify.marlin.providers import MarlinProvider
 
 
@@ -46,6 +47,14 @@ class SglangEngine(Engine):
         ),
     )
     doctor_key = "sglang"
+    runtime_nvcc = "its JIT kernels compile with nvcc at first use"
+    flashinfer_on_turing = "it uses FlashInfer for norms and sampling; serve with --sampling-backend pytorch"
+    multi_gpu_without_p2p = "--tp N --disable-custom-all-reduce"
+
+    def doctor_checks(self, ctx: Context) -> list[Check]:
+        from t4patch.engines.sglang.readiness import checks
+
+        return checks(ctx)
 
     def marlin_scope(self) -> MarlinScope:
         kernels = VllmEngine().marlin_scope()  # the redirect runs vLLM's kernels

@@ -9,6 +9,7 @@ from t4patch.engines.base import Engine, MarlinScope, MarlinSpec, ProviderOption
 
 if TYPE_CHECKING:
     from t4patch.environment.target import TargetEnvironment
+    from t4patch.readiness.model import Check, Context
     from t4patch.verify.marlin.providers import MarlinProvider
 
 LIBRARY_OPTION = ProviderOption(
@@ -65,6 +66,13 @@ class VllmEngine(Engine):
             options=(LIBRARY_OPTION,),
         ),
     )
+
+    multi_gpu_without_p2p = "--tensor-parallel-size N --disable-custom-all-reduce"
+
+    def doctor_checks(self, ctx: Context) -> list[Check]:
+        from t4patch.engines.vllm.readiness import checks
+
+        return checks(ctx)
 
     def marlin_scope(self) -> MarlinScope:
         return MarlinScope(numerics_reference="vLLM PR #29901", library="vLLM's library")
