@@ -364,3 +364,60 @@ def install_wheel_to(target: Path, wheel: Path) -> Path:
         f"installing {wheel.name} ({_mib(wheel.stat().st_size)}) into {target}",
     )
     return target
+
+
+def extracted_wheel(wheel: Path, *, python_only: bool = True) -> Path:
+    """The wheel's site-packages files, extracted once into ``<cache>/extracted/<wheel stem>[-py]/`` and reused.
+
+    A vLLM wheel is ~330 MB, mostly compiled libraries that no CPU proof of a patch set reads; with
+    ``python_only`` only ``.py`` files and the ``.dist-info`` directory are extracted (a few MB), so a test
+    tree is ready in seconds and the whole wheel is read once per cache, not once per test. Files are laid out
+    as pip would (``.data/`` directories skipped) and each one is checked against the wheel's RECORD. The
+    tree is shared: copy it with :func:`site_from_extracted` before changing anything.
+    """
+    from t4patch.environment.target import parse_record  # the code under test's own RECORD reader
+
+    target = cache_dir() / "extracted" / (wheel.name[: -len(".whl")] + ("-py" if python_only else ""))
+    if (target / ".complete").is_file():
+        return target
+    staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as zf:
+        record_name = next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))
+        record = parse_record(zf.read(record_name).decode("utf-8"))
+        members = [
+            n for n in zf.namelist()
+            if not n.endswith("/") and ".data/" not in n.split(".dist-info/")[0]
+            and (not python_only or n.endswith(".py") or ".dist-info/" in n)
+        ]
+        progress(f"extracting {len(members)} files of {wheel.name} into {target}")
+        for name in members:
+            data = zf.read(name)
+            expected = record.get(name)
+            if expected is not None and sha(data) != expected:
+                raise RuntimeError(f"{wheel.name}: {name} does not match its RECORD")
+            path = staging / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+    (staging / ".complete").write_text(f"{len(members)}\n")
+    try:
+        staging.rename(target)
+    except OSError:  # another run finished first: use its tree
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def site_from_extracted(extracted: Path, site: Path, private: list[str] | tuple[str, ...] = ()) -> Path:
+    """A site-packages for one test: hard links to the shared extracted tree, with ``private`` paths (the files
+    the test changes) as real copies. t4patch replaces files by rename, never in place, so even a hard-linked
+    file would not change the cache; the copies make that independent of how a file is written."""
+    shutil.copytree(extracted, site, copy_function=os.link, ignore=shutil.ignore_patterns(".complete"))
+    for rel in private:
+        path = site / rel
+        if path.exists():
+            data = path.read_bytes()
+            path.unlink()
+            path.write_bytes(data)
+    return site
