@@ -1,10 +1,11 @@
-"""The SGLang 0.5.23 patch set, exercised on the CPU through the real patched files.
+"""Every shipped SGLang patch set (0.5.21, 0.5.22, 0.5.23), exercised on the CPU through the real patched files.
 
 The released sglang wheel is installed into a temp dir and patched with t4patch. The patched modules are
 then imported by path, with small stand-ins for what they import from the rest of SGLang (the real package
 needs a GPU stack), a recording stand-in for ``vllm._custom_ops``, and ``torch.cuda`` queries answered as a
 Tesla T4 would (capability 7.5, 40 SMs, 65,536 B of opt-in shared memory). What is proven here: the exact
-SGLang -> vLLM 0.33 Marlin argument mapping, the workspace size, act-order refused, the missing-vLLM message,
+SGLang -> vLLM Marlin argument mapping (checked against the real ``vllm/_custom_ops.py`` of the vLLM release
+each set's ``[[requires]]`` names), the workspace size, act-order refused, the missing-vLLM message,
 the SGLANG_MARLIN_VIA_VLLM switch, MoE Marlin refused, the atomic-add default and switch, and the attention
 tiles chosen below and above sm_80. What is not: that vLLM's kernels compute the right numbers (that needs a
 GPU; see docs/verification/).
@@ -12,8 +13,10 @@ GPU; see docs/verification/).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
+import inspect
 import logging
 import sys
 import types
@@ -22,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from t4patch.cli import main as t4patch_main
-from t4patch.patching.registry import find_patch_set
-from tests.helpers import install_wheel_to, wheel_path
+from t4patch.patching.registry import all_patch_sets
+from tests.helpers import extracted_wheel, site_from_extracted, wheel_path
 
 torch = pytest.importorskip("torch")
 
@@ -39,7 +42,7 @@ EXTEND = "sglang/kernels/ops/attention/extend_attention.py"
 
 T4_SMS = 40
 T4_SMEM_OPTIN = 65536
-INSTALL_HINT = "pip install --no-deps vllm==0.33.0"
+SGLANG_SETS = [ps for ps in all_patch_sets() if ps.distribution == "sglang"]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -47,20 +50,23 @@ INSTALL_HINT = "pip install --no-deps vllm==0.33.0"
 # --------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def sites(tmp_path_factory):
-    patch_set = find_patch_set("sglang", "0.5.23")
+@pytest.fixture(scope="module", params=SGLANG_SETS, ids=[ps.spec for ps in SGLANG_SETS])
+def sites(request, tmp_path_factory):
+    patch_set = request.param
+    (vllm,) = [c for c in patch_set.requires if c.distribution == "vllm"]
     root = tmp_path_factory.mktemp("sglang")
-    site = install_wheel_to(root / "site", wheel_path("sglang", patch_set.version))
+    tree = extracted_wheel(wheel_path("sglang", patch_set.version))
+    site = site_from_extracted(tree, root / "site", [t.path for t in patch_set.targets])
     pristine = root / "pristine"
     for target in patch_set.targets:
         (pristine / target.path).parent.mkdir(parents=True, exist_ok=True)
         (pristine / target.path).write_bytes((site / target.path).read_bytes())
-    assert t4patch_main(["apply", "sglang==0.5.23", "--site-packages", str(site)]) == 0
+    assert t4patch_main(["apply", patch_set.spec, "--site-packages", str(site)]) == 0
     assert t4patch_main(["status", "sglang", "--check", "--site-packages", str(site)]) == 0
     for target in patch_set.targets:
         assert hashlib.sha256((site / target.path).read_bytes()).hexdigest() == target.patched_sha256
-    return types.SimpleNamespace(patched=site, pristine=pristine)
+    return types.SimpleNamespace(patched=site, pristine=pristine, patch_set=patch_set, vllm_version=vllm.version,
+                                 install_hint=f"pip install --no-deps vllm=={vllm.version}")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -114,7 +120,7 @@ class FakeVllmOps(types.ModuleType):
 class Harness:
     """Loads patched (or pristine) SGLang modules by path into a sandboxed sys.modules."""
 
-    def __init__(self, monkeypatch, site: Path) -> None:
+    def __init__(self, monkeypatch, site: Path, vllm_version: str) -> None:
         self.mp = monkeypatch
         self.site = site
         self.capability = (7, 5)
@@ -122,7 +128,7 @@ class Harness:
         self.jit_loads: list[tuple] = []
         self.vllm_ops = FakeVllmOps()
         self.compiled_ops = {"marlin_gemm", "gptq_marlin_repack", "awq_marlin_repack"}
-        self.vllm_version = "0.33.0"
+        self.vllm_version = vllm_version  # the release the set's [[requires]] names
         monkeypatch.setattr(torch.cuda, "get_device_capability", self._capability)
         monkeypatch.setattr(torch.cuda, "get_device_properties", self._properties)
         monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
@@ -212,6 +218,8 @@ class Harness:
             get_tc_piecewise_forward_context=lambda: None,
         )
         self._module("sglang.kernels.ops.attention.score_mod", unpack_aux_tensors=lambda *a: (None, 0, 0, 0))
+        # SGLang 0.5.21 / 0.5.22's extend_attention.py also imports the prefill kernel (0.5.23 does not)
+        self._module("sglang.kernels.ops.attention.prefill_attention", context_attention_fwd=lambda *a, **k: None)
         self._module("sglang.srt.environ", envs=types.SimpleNamespace())
 
     def load(self, rel: str, site: Path | None = None) -> types.ModuleType:
@@ -225,7 +233,7 @@ class Harness:
 
 @pytest.fixture
 def harness(sites, monkeypatch):
-    return Harness(monkeypatch, sites.patched)
+    return Harness(monkeypatch, sites.patched, sites.vllm_version)
 
 
 def gemm_args(**overrides):
@@ -277,6 +285,53 @@ def test_gemm_on_cc75_calls_vllm_marlin_gemm_with_the_exact_mapping(harness):
         assert got is want, f"argument {position} of vllm marlin_gemm: got {got!r}, want {want!r}"
     assert call_kwargs == {"use_atomic_add": True, "use_fp32_reduce": False, "is_zp_float": True}
     assert out is not None and float(out) == 1.0, "the result of vLLM's op is returned as is"
+
+
+def _real_signatures(vllm_version: str) -> dict[str, inspect.Signature]:
+    """The signatures of marlin_gemm / gptq_marlin_repack / awq_marlin_repack in the real vllm/_custom_ops.py of
+    ``vllm_version`` (read from its wheel with ast; nothing of vLLM is imported)."""
+    source = (extracted_wheel(wheel_path("vllm", vllm_version)) / "vllm" / "_custom_ops.py").read_text()
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and node.name in ("marlin_gemm", "gptq_marlin_repack", "awq_marlin_repack"):
+            stub = ast.FunctionDef(name=node.name, args=node.args, body=[ast.Pass()], decorator_list=[], returns=None,
+                                   type_params=[])
+            for arg in (*stub.args.posonlyargs, *stub.args.args, *stub.args.kwonlyargs):
+                arg.annotation = None
+            namespace: dict = {}
+            exec(compile(ast.fix_missing_locations(ast.Module([stub], type_ignores=[])), "<sig>", "exec"), namespace)
+            found[node.name] = inspect.signature(namespace[node.name])
+    assert set(found) == {"marlin_gemm", "gptq_marlin_repack", "awq_marlin_repack"}, sorted(found)
+    return found
+
+
+def test_the_redirect_binds_to_the_required_vllm_releases_real_signatures(harness, sites):
+    """Each recorded call binds to the real function's parameters of the vLLM release the set requires: GEMM
+    argument 4 is vLLM's b_bias (None), 6 a_scales (None), 9 the workspace; repacks take (w, size_k, size_n,
+    num_bits) with is_a_8bit left at its default."""
+    signatures = _real_signatures(sites.vllm_version)
+    harness.tensors_on_gpu0()
+    gemm = harness.load(GEMM)
+    args = gemm_args(c=torch.empty(1, 1536, dtype=torch.float16), global_scale=torch.ones(1))
+    gemm.gptq_marlin_gemm(**args, is_k_full=True, use_atomic_add=True, use_fp32_reduce=True, is_zp_float=False)
+    harness.load(REPACK).gptq_marlin_repack(
+        torch.zeros(256, 1536, dtype=torch.int32), perm=torch.empty(0, dtype=torch.int32), size_k=2048, size_n=1536,
+        num_bits=4)
+    harness.load(AWQ_REPACK).awq_marlin_repack(torch.zeros(256, 1536, dtype=torch.int32), size_k=2048, size_n=1536,
+                                               num_bits=4)
+    bound = {name: signatures[name].bind(*call_args, **call_kwargs).arguments
+             for name, call_args, call_kwargs in harness.vllm_ops.calls}
+    g = bound["marlin_gemm"]
+    assert list(g)[:13] == ["a", "c", "b_q_weight", "b_bias", "b_scales", "a_scales", "global_scale", "b_zeros",
+                            "workspace", "b_q_type", "size_m", "size_n", "size_k"]
+    assert g["a"] is args["a"] and g["b_q_weight"] is args["b_q_weight"] and g["b_scales"] is args["b_scales"]
+    assert g["b_bias"] is None and g["a_scales"] is None and g["global_scale"] is args["global_scale"]
+    assert g["b_zeros"] is args["b_zeros"] and g["b_q_type"] is args["b_q_type"]
+    assert (g["size_m"], g["size_n"], g["size_k"]) == (1, 1536, 2048)
+    assert (g["use_atomic_add"], g["use_fp32_reduce"], g["is_zp_float"]) == (True, True, False)
+    for name in ("gptq_marlin_repack", "awq_marlin_repack"):
+        r = bound[name]
+        assert (r["size_k"], r["size_n"], r["num_bits"]) == (2048, 1536, 4) and "is_a_8bit" not in r
 
 
 def test_gemm_workspace_is_at_least_sms_times_4_zeroed_and_cached(harness):
@@ -382,11 +437,12 @@ def test_env_switch_forces_vllm_on_any_gpu_and_never_disables_it_below_sm80(harn
         mod.gptq_marlin_gemm(**gemm_args())
 
 
-def test_missing_vllm_fails_with_the_install_command(harness):
+def test_missing_vllm_fails_with_the_install_command(harness, sites):
+    hint = sites.install_hint
     harness.tensors_on_gpu0()
     harness.remove_vllm()
     mod = harness.load(GEMM)
-    with pytest.raises(ImportError, match=INSTALL_HINT.replace(".", r"\.")) as missing:
+    with pytest.raises(ImportError, match=hint.replace(".", r"\.")) as missing:
         mod.gptq_marlin_gemm(**gemm_args())
     assert "t4patch" in str(missing.value) and "compute capability 8.0" in str(missing.value)
     assert harness.jit_loads == [], "no fallback to the empty kernel"
@@ -394,10 +450,10 @@ def test_missing_vllm_fails_with_the_install_command(harness):
     harness.vllm_version = "0.32.1"
     harness.install_vllm()
     mod = harness.load(GEMM)
-    with pytest.raises(ImportError, match=r"found vLLM 0\.32\.1.*" + INSTALL_HINT.replace(".", r"\.")):
+    with pytest.raises(ImportError, match=r"found vLLM 0\.32\.1.*" + hint.replace(".", r"\.")):
         mod.gptq_marlin_gemm(**gemm_args())
 
-    harness.vllm_version = "0.33.0"
+    harness.vllm_version = sites.vllm_version
     harness.compiled_ops = {"awq_marlin_repack"}
     harness.install_vllm()
     mod = harness.load(GEMM)
@@ -406,12 +462,13 @@ def test_missing_vllm_fails_with_the_install_command(harness):
     assert harness.vllm_ops.calls == []
 
 
-def test_missing_vllm_fails_when_marlin_layers_are_built(harness):
+def test_missing_vllm_fails_when_marlin_layers_are_built(harness, sites):
     """verify_marlin_supported runs while GPTQ/AWQ Marlin layers are constructed, before weights load."""
+    hint = sites.install_hint
     harness.remove_vllm()
     harness.load(GEMM)
     utils = harness.load(MARLIN_UTILS)
-    with pytest.raises(ImportError, match=INSTALL_HINT.replace(".", r"\.")):
+    with pytest.raises(ImportError, match=hint.replace(".", r"\.")):
         utils.verify_marlin_supported(SCALAR_TYPES.uint4b8, group_size=32)
 
     harness.install_vllm()
