@@ -288,6 +288,10 @@ def test_text_report_is_an_aligned_table_with_fail_lines():
     assert "FAIL full/prefill: kernel_unified_attention needs 98,304 B of shared memory > limit 65,536 B" in text
     assert "4 of 6 cases fit sm_75; 2 do not" in text
     assert "none was run" in text
+    assert max(len(line) for line in lines) <= 120  # fits a 120-column terminal
+    assert any(line.strip().startswith("tiles: BLOCK_M=16") for line in lines)  # tiles under their kernel
+    spills = " ".join(line.strip() for line in lines[lines.index(next(l for l in lines if "spills: " in l)):])
+    assert "never correctness" in spills and "do not decide 'ok' / 'FAIL'" in spills
 
 
 # --------------------------------------------------------------------------------------------- engine selection

@@ -8,11 +8,14 @@ launcher makes: it refuses ``shared > limit``, so exactly the limit launches).
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
 from t4patch.output import table
 from t4patch.verify.attention.cases import Arch, EngineCases, Model
+
+TEXT_WIDTH = 120  # the text report fits a 120-column terminal
 
 
 @dataclass(frozen=True)
@@ -164,17 +167,18 @@ class AttentionReport:
                 f"{engine.distribution} {engine.version} ({state}) in {engine.site_packages}: "
                 f"{'PASS' if engine.ok else 'FAIL'}"
             )
-            lines.append(
-                f"  python {engine.versions.get('python', '?')} ({engine.interpreter}), "
+            lines += _wrapped(
+                f"python {engine.versions.get('python', '?')} ({engine.interpreter}), "
                 f"torch {engine.versions.get('torch', '?')}, triton {engine.versions.get('triton', '?')}; "
-                f"{engine.loader.get('route', '')}"
+                f"{engine.loader.get('route', '')}",
+                "  ",
             )
-            rows = []
+            rows: list[tuple[object, ...]] = []
+            tiles: list[str] = []
             for c in engine.cases:
                 if not c.kernels:
-                    rows.append(
-                        (c.layer, c.head_size, c.case, c.path or "-", "-", "-", "-", "-", "-", "-", "-", "FAIL")
-                    )
+                    rows.append((c.layer, c.head_size, c.case, c.path or "-", "-", "-", "-", "-", "-", "FAIL"))
+                    tiles.append("")
                 for k in c.kernels:
                     rows.append(
                         (
@@ -183,27 +187,41 @@ class AttentionReport:
                             c.case,
                             c.path or "-",
                             k.kernel,
-                            " ".join(f"{n}={v}" for n, v in k.tiles.items() if v is not None),
                             k.num_warps,
                             f"{k.shared_bytes:,}",
-                            f"{k.limit_bytes:,}",
                             "-" if k.registers is None else k.registers,
                             "-" if k.spills is None else k.spills,
                             "ok" if k.fits else "FAIL",
                         )
                     )
-            lines.append(
-                table(
-                    ["  layer", "head", "case", "path", "kernel", "tiles", "warps", "shared B", "limit B", "regs",
-                     "spills", "result"],
-                    [("  " + str(r[0]),) + tuple(r[1:]) for r in rows],
-                )
-            )
+                    tiles.append(" ".join(f"{n}={v}" for n, v in k.tiles.items() if v is not None))
+            # the limit is the same for every row (it is in the heading); the tiles go on a line of their own
+            # under each kernel so the table fits 120 columns
+            rendered = table(
+                ["  layer", "head", "case", "path", "kernel", "warps", "shared B", "regs", "spills", "result"],
+                [("  " + str(r[0]),) + tuple(r[1:]) for r in rows],
+            ).splitlines()
+            kernel_column = rendered[0].index("kernel")
+            lines.append(rendered[0])
+            for row_line, tile_text in zip(rendered[1:], tiles):
+                lines.append(row_line)
+                if tile_text:
+                    lines += _wrapped(f"tiles: {tile_text}", " " * kernel_column)
             for c in engine.cases:
                 for problem in c.problems:
-                    lines.append(f"  FAIL {c.layer}/{c.case}: {problem}")
+                    lines += _wrapped(f"FAIL {c.layer}/{c.case}: {problem}", "  ")
             for note in engine.notes:
-                lines.append(f"  note: {note}")
+                lines += _wrapped(f"note: {note}", "  ")
+            spilling = [(k.spills or 0, c, k) for c in engine.cases for k in c.kernels if k.spills]
+            if spilling:
+                most, worst_case, worst = max(spilling, key=lambda item: item[0])
+                lines += _wrapped(
+                    f"spills: {len(spilling)} of {sum(len(c.kernels) for c in engine.cases)} kernels keep some "
+                    f"registers in local memory (most: {most:,} words per thread, {worst.kernel} in "
+                    f"{worst_case.layer}/{worst_case.case}); spills cost speed, never correctness, and do not "
+                    "decide 'ok' / 'FAIL', which is shared memory against the limit",
+                    "  ",
+                )
         total = sum(len(e.cases) for e in self.engines)
         failed = len(self.failures())
         lines.append("")
@@ -213,6 +231,11 @@ class AttentionReport:
             + " (spills: 32-bit words of per-thread local memory, as Triton's n_spills)"
         )
         return "\n".join(lines)
+
+
+def _wrapped(text: str, indent: str, width: int = TEXT_WIDTH) -> list[str]:
+    """``text`` wrapped to ``width`` columns under ``indent`` (continuation lines indented two more)."""
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False)
 
 
 def kernel_results(
