@@ -25,7 +25,7 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         + ") with Gemma 4 E2B shapes, compile every "
         "launch for --arch instead of running it, and report tiles, warps, shared memory against the "
         "architecture's limit, registers and spills. Needs torch (CPU build is fine) and the triton the "
-        "engine pins (pip install 't4patch[verify]'), no GPU.",
+        "engine pins (the verify extra: pip install -e '.[verify]' in a t4patch checkout), no GPU.",
     )
     parser.add_argument(
         "engines",

@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from t4patch.cuda.arch import parse_build_target
     from t4patch.errors import UsageError, VerificationError
     from t4patch.verify.artifacts.check import check_artifacts, collect_files, is_binary_candidate, render_report
+    from t4patch.verify.artifacts.missing import advice
 
     for path in args.paths:
         if not path.exists():
@@ -64,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         problems = report.all_problems()
         raise VerificationError(
             f"{arch.name} check failed: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
-            hint=f"rebuild for this architecture: {rebuild}",
+            hint=advice([(r.path.name, r.summary) for r in report.files if r.problems], arch.capability,
+                        rebuild if engine else None),
         )
     return 0
 

@@ -6,6 +6,7 @@ the manifest; the doctor checks, the Marlin loaders and their hints read it here
 
 from __future__ import annotations
 
+from t4patch.environment.target import TargetEnvironment
 from t4patch.errors import T4PatchError
 from t4patch.patching.manifest import Companion, PatchSet
 from t4patch.patching.registry import all_patch_sets, find_patch_set, supported_versions
@@ -44,3 +45,26 @@ def newest_supported(distribution: str) -> str | None:
     """The newest version of ``distribution`` that has a shipped patch set, or None."""
     versions = supported_versions(distribution)
     return versions[-1] if versions else None
+
+
+def companion_problems(patch_set: PatchSet, target: TargetEnvironment) -> list[str]:
+    """What is wrong with ``patch_set``'s companions in ``target`` (not installed, another release, its library
+    missing), each with the exact install command for that layout (``--target`` for a bare site-packages)."""
+    problems = []
+    for needed in patch_set.requires:
+        install = f"{target.pip_install()} --no-deps {needed.spec}"
+        dist = target.find(needed.distribution)
+        if dist is None:
+            found = f"it is not installed in {target.description}"
+        elif dist.version != needed.version:
+            found = f"{needed.distribution} {dist.version} is installed"
+        elif needed.library and not (dist.root / needed.library).is_file():
+            found = f"{dist.root / needed.library} is missing"
+            install = dist.reinstall_command()
+        else:
+            continue
+        problems.append(
+            f"{patch_set.spec} needs {needed.spec} beside it but {found} (the patched code fails at load without "
+            f"it): {install}"
+        )
+    return problems

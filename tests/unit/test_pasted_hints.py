@@ -103,3 +103,20 @@ def test_site_packages_at_a_venv_root_says_which_directory_to_use(tmp_path):
     assert str(inner) in info.value.message and f"--site-packages {inner}" in (info.value.hint or "")
     assert f"--python {root / 'bin' / 'python'}" in (info.value.hint or "")
     assert resolve_target(None, str(inner)).search_path == (inner.resolve(),)  # the real one still works
+
+
+def test_companion_problems_name_the_install_command_for_the_layout(tmp_path):
+    from t4patch.engines.requirements import companion_problems
+    from t4patch.patching.registry import find_patch_set
+
+    patch_set = find_patch_set("sglang", "0.5.23")  # the shipped set requires vllm==0.33.0 ([[requires]])
+    site = tmp_path / AWKWARD
+    make_dist(site, name="sglang", version="0.5.23", files={"sglang/__init__.py": ""})
+    [problem] = companion_problems(patch_set, resolve_target(None, str(site)))
+    assert "needs vllm==0.33.0 beside it" in problem and "not installed" in problem
+    command = problem.rsplit(": ", 1)[1]
+    assert shlex.split(command) == ["pip", "install", "--upgrade", "--target", str(site.resolve()), "--no-deps",
+                                    "vllm==0.33.0"]
+    make_dist(site, name="vllm", version="0.32.0", files={"vllm/__init__.py": ""})
+    target = resolve_target(None, str(site))
+    assert "vllm 0.32.0 is installed" in companion_problems(patch_set, target)[0]
