@@ -59,7 +59,7 @@ def _wrapped(text: str) -> str:
 
 def toml_string(text: str) -> str:
     """``text`` as a TOML string: a plain basic string, or a wrapped multi-line one for long prose."""
-    if len(text) <= WIDTH - 20 or "\n" in text:
+    if len(text) <= WIDTH + 16 or "\n" in text or " " not in text:  # one-liners (titles, paths) stay one line
         return _basic(text)
     candidate = _wrapped(text)
     try:
