@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from t4patch.cli_options import add_json_option
+from t4patch.engines import example_spec
 from t4patch.output import emit_json, say
 
 DESCRIPTION = """\
@@ -23,7 +24,7 @@ the same bytes; SHA256SUMS beside the wheel lists it."""
 def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("wheel", help="build a patched wheel of an engine release (for fleets and images)",
                                    description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("spec", metavar="ENGINE==VERSION", help="the release, e.g. vllm==0.33.0")
+    parser.add_argument("spec", metavar="ENGINE==VERSION", help=f"the release, e.g. {example_spec()}")
     parser.add_argument("--from-wheel", metavar="PATH", type=Path,
                         help="the released wheel file to start from (default: pip download --no-deps)")
     parser.add_argument("-o", "--out", metavar="DIR", type=Path, default=Path("."),
