@@ -28,6 +28,7 @@ COMMANDS = (
     "verify",
     "build",
     "port",
+    "wheel",
 )
 INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a t4patch bug, not a user error
 
@@ -61,6 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["T4PATCH_PATCHES"] = args.patches
     written_before = documents_written()
     try:
+        if hasattr(args, "python") and hasattr(args, "site_packages"):
+            # Any command aimed at an environment first finishes a set a killed run left half committed there.
+            from t4patch.patching.operation import recover_interrupted
+
+            recover_interrupted(args.python, args.site_packages)
         return int(args.func(args))
     except T4PatchError as exc:
         if args.debug:

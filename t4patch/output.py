@@ -50,3 +50,8 @@ def say(text: str = "") -> None:
 def warn(text: str) -> None:
     """Print a warning line to stderr."""
     print(f"warning: {text}", file=sys.stderr)
+
+
+def note(text: str) -> None:
+    """Print a line about something t4patch did on its own (e.g. finishing an interrupted commit) to stderr."""
+    print(f"t4patch: {text}", file=sys.stderr, flush=True)  # flushed: a held SIGTERM may follow at once

@@ -56,6 +56,11 @@ class _Terminal:
 _terminal: _Terminal | None = None
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # tests/fault/: random-timing kill trials per case (x5 for in-process kills); the CI-sized default is 8
+    parser.addoption("--fault-trials", type=int, default=8, help="random-kill trials per fault-injection case")
+
+
 @pytest.hookimpl(trylast=True)  # after the terminal plugin has registered its reporter
 def pytest_configure(config: pytest.Config) -> None:
     global _terminal

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from t4patch.cli_options import add_json_option, add_target_options
+from t4patch.engines import example_name, example_spec
 from t4patch.environment.target import resolve_target
 from t4patch.output import emit_json, say
 from t4patch.patching import operation
@@ -17,7 +18,7 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         description="Apply the patch set for the installed version of each ENGINE. Every file is checked by "
         "sha256 first; if any file is foreign, nothing is written.",
     )
-    parser.add_argument("specs", nargs="+", metavar="SPEC", help="engine, optionally pinned: vllm or vllm==0.33.0")
+    parser.add_argument("specs", nargs="+", metavar="SPEC", help=f"engine, optionally pinned: {example_name()} or {example_spec()}")
     parser.add_argument("--dry-run", action="store_true", help="print the unified diff it would make; write nothing")
     add_target_options(parser)
     add_json_option(parser)

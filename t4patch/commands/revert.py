@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from t4patch.cli_options import add_json_option, add_target_options
+from t4patch.engines import example_name, example_spec
 from t4patch.environment.target import resolve_target
 from t4patch.output import emit_json, say
 from t4patch.patching import operation
@@ -17,7 +18,7 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         description="Restore every file of the engine's patch set to the released bytes (checked against the "
         "pristine sha256 before writing). Refuses foreign files.",
     )
-    parser.add_argument("specs", nargs="+", metavar="ENGINE", help="engine name, e.g. vllm or vllm==0.33.0")
+    parser.add_argument("specs", nargs="+", metavar="ENGINE", help=f"engine name, e.g. {example_name()} or {example_spec()}")
     parser.add_argument("--dry-run", action="store_true", help="print the unified diff it would make; write nothing")
     add_target_options(parser)
     add_json_option(parser)

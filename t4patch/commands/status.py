@@ -7,6 +7,7 @@ import argparse
 from packaging.utils import canonicalize_name
 
 from t4patch.cli_options import add_json_option, add_target_options
+from t4patch.engines import example_name, example_spec
 from t4patch.environment.target import TargetEnvironment, resolve_target
 from t4patch.errors import NotAppliedError, NotInstalledError
 from t4patch.output import emit_json, say, table
@@ -23,7 +24,7 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         description="For each ENGINE (default: every installed engine t4patch has patch sets for) report each "
         "target file as pristine, patched, foreign (neither hash) or missing.",
     )
-    parser.add_argument("engines", nargs="*", metavar="ENGINE", help="engine name, e.g. vllm or sglang==0.5.23")
+    parser.add_argument("engines", nargs="*", metavar="ENGINE", help=f"engine name, e.g. {example_name()} or {example_spec(1)}")
     parser.add_argument(
         "--check",
         action="store_true",
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             raise NotAppliedError(
                 f"--check: none of the engines t4patch patches ({', '.join(engines())}) is installed in "
                 f"{target.description}",
-                hint="name the engine (t4patch status vllm --check) or target the serving env with --python",
+                hint=f"name the engine (t4patch status {example_name()} --check) or target the serving env with --python",
             )
     if args.json:
         emit_json("status", {"target": target.to_json(), "engines": [s.to_json() for s in statuses]})

@@ -16,6 +16,7 @@ written last.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import time
@@ -24,10 +25,15 @@ from pathlib import Path
 
 from t4patch.environment.target import InstalledDistribution
 from t4patch.errors import LockBusyError, TargetEnvironmentError
-from t4patch.fileio.atomic import write_bytes_atomic
+from t4patch.fileio.atomic import create_temp, existing_stat, fsync_dir
+from t4patch.fileio.hashing import sha256_bytes
+from t4patch.output import note
+from t4patch.patching import journal as jr
+from t4patch.patching.journal import NEW_SUFFIX, OLD_SUFFIX, Entry, Journal, Recovery
 from t4patch.patching.manifest import PatchSet
-from t4patch.patching.plan import FileChange, Operation, Plan, make_plan
-from t4patch.patching.state import remove_record, write_record
+from t4patch.patching.plan import Operation, Plan, make_plan
+from t4patch.patching.signals import Held, held_signals
+from t4patch.patching.state import record_bytes, record_path
 
 LOCK_TIMEOUT_S = 60.0
 
@@ -41,7 +47,10 @@ def environment_lock(root: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[
             hint="run as the owner of that environment, or target a venv with --python",
         )
     # flock on the directory itself: Linux supports it, and no lock file is left in the environment.
-    fd = os.open(root, os.O_RDONLY)
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise TargetEnvironmentError(f"cannot open {root} to lock it ({exc.strerror or exc})") from None
     deadline = time.monotonic() + timeout_s
     try:
         while True:
@@ -55,6 +64,11 @@ def environment_lock(root: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[
                         hint="wait for it to finish, then run the command again",
                     ) from None
                 time.sleep(0.05)
+            except OSError as exc:  # e.g. ENOLCK on a filesystem without flock
+                raise TargetEnvironmentError(
+                    f"cannot lock {root} ({exc.strerror or exc}); t4patch writes only under an exclusive lock",
+                    hint="target a site-packages on a local filesystem",
+                ) from None
         yield
     finally:
         os.close(fd)  # closing releases the flock
@@ -87,6 +101,28 @@ class Lease:
         self._issued.append(plan)
         return plan
 
+    def recover(self) -> list[Recovery]:
+        """Finish or undo every set a dead run left half committed in the locked roots (see journal)."""
+        if not self._active:
+            raise RuntimeError("the lease has ended: recovery must run while the lock is held")
+        done = []
+        for path in jr.journal_paths(sorted(self._roots)):
+            journal = jr.read_journal(path)
+            outside = [str(r) for r in journal.roots if r not in self._roots]
+            if outside:
+                raise TargetEnvironmentError(
+                    f"an interrupted {journal.description} ({path}) also changed {', '.join(outside)}, which this "
+                    "run does not target; nothing was changed",
+                    hint=f"finish it first with a target that includes every one of them, e.g. t4patch status "
+                    f"--python <the interpreter whose sys.path holds {', '.join(map(str, journal.roots))}>",
+                )
+            done.append(recover_journal(path))
+        strays = jr.sweep_strays((root, jr.JOURNAL_NAME) for root in sorted(self._roots))
+        if strays:
+            note(f"removed {len(strays)} temp file(s) of an intent journal a killed run was writing (it had "
+                 f"changed nothing yet): {_describe_paths(strays)}")
+        return done
+
     def vouches_for(self, plan: Plan) -> bool:
         return self._active and any(p is plan for p in self._issued)
 
@@ -105,18 +141,18 @@ def locked(roots: Sequence[Path]) -> Iterator[Lease]:
             lease.end()
 
 
-def remove_bytecode(source: Path) -> list[Path]:
-    """Delete cached bytecode of ``source`` (``__pycache__/<stem>.*.pyc`` and a legacy ``<name>c``)."""
-    removed: list[Path] = []
-    if source.suffix != ".py":
-        return removed
-    candidates = list((source.parent / "__pycache__").glob(f"{source.stem}.*.pyc"))
-    candidates.append(source.with_suffix(".pyc"))
-    for pyc in candidates:
-        if pyc.exists():
-            pyc.unlink()
-            removed.append(pyc)
-    return removed
+def recover_journal(path: Path) -> Recovery:
+    """Recover the journal at ``path`` (lock held), turning a failure into a message about what is on disk."""
+    try:
+        recovery = jr.recover(path)
+    except OSError as exc:
+        raise TargetEnvironmentError(
+            f"finishing the interrupted commit in {path} failed ({exc.strerror or exc}: {exc.filename}); the "
+            "journal is kept and every file it names is in its old or its new state, so no file is torn",
+            hint=f"fix the cause (free space, permissions), then run: t4patch status --site-packages {path.parent}",
+        ) from None
+    note(recovery.line)
+    return recovery
 
 
 def check_writable(plans: Sequence[Plan]) -> None:
@@ -137,39 +173,207 @@ def check_writable(plans: Sequence[Plan]) -> None:
             )
 
 
+def _refuse_non_file(path: Path, what: str) -> None:
+    if os.path.lexists(path) and not path.is_symlink() and not path.is_file():
+        raise TargetEnvironmentError(
+            f"{path}: expected {what} to be a regular file or absent, found "
+            f"{'a directory' if path.is_dir() else 'a special file'}; nothing was written",
+            hint=f"move {path} away, then run the command again",
+        )
+
+
+def _entries(plans: Sequence[Plan], token: str) -> tuple[list[Entry], dict[Path, bytes]]:
+    """The journal entries of ``plans`` (every changed file, then each state record) and their new bytes."""
+    entries: list[Entry] = []
+    data: dict[Path, bytes] = {}
+    for plan in plans:
+        for change in plan.changes:
+            path = change.status.absolute
+            entries.append(Entry(
+                path, change.status.sha256, sha256_bytes(change.new_bytes),
+                jr.stand_in(path, token, NEW_SUFFIX), jr.stand_in(path, token, OLD_SUFFIX),
+                bytecode=path.suffix == ".py",
+            ))
+            data[path] = change.new_bytes
+    for plan in plans:
+        if plan.is_noop:
+            continue  # nothing changed: leave the record (and its date) as it was
+        path = record_path(plan.distribution)
+        _refuse_non_file(path, "the state record")
+        old = existing_stat(path) is not None or path.is_symlink()
+        old_sha = _sha_or_none(path)
+        if plan.operation == "apply":
+            new = record_bytes(plan.patch_set)
+            data[path] = new
+            entries.append(Entry(path, old_sha, sha256_bytes(new), jr.stand_in(path, token, NEW_SUFFIX),
+                                 jr.stand_in(path, token, OLD_SUFFIX) if old else None, soft=True))
+        elif old:
+            entries.append(Entry(path, old_sha, None, None, jr.stand_in(path, token, OLD_SUFFIX), soft=True))
+    return entries, data
+
+
+def _sha_or_none(path: Path) -> str | None:
+    try:
+        return sha256_bytes(path.read_bytes()) if path.is_file() and not path.is_symlink() else None
+    except OSError:
+        return None
+
+
+def _keep_old(entry: Entry) -> None:
+    """Keep the old bytes of ``entry.path`` under ``entry.kept``: a hard link (no space needed), else a copy."""
+    assert entry.kept is not None
+    try:
+        os.link(entry.path, entry.kept, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EXDEV, errno.ENOTSUP, errno.EMLINK, errno.EACCES):
+            raise
+        create_temp(entry.path, entry.path.read_bytes(), like=existing_stat(entry.path),
+                    token=entry.kept.name.split(".")[-2], suffix=OLD_SUFFIX)
+
+
+def _describe_paths(paths: Sequence[Path]) -> str:
+    return ", ".join(str(p) for p in paths) or "none"
+
+
+def _state_line(entries: Sequence[Entry]) -> str:
+    """Which files hold their new and which their old bytes right now (hashed from disk)."""
+    new = [e.path for e in entries if not e.soft and jr._holds(e.path, e.new_sha256)]  # noqa: SLF001
+    old = [e.path for e in entries if not e.soft and e.path not in new]
+    return f"new bytes: {_describe_paths(new)}; previous bytes: {_describe_paths(old)}"
+
+
 def commit(lease: Lease, plans: Sequence[Plan]) -> list[Path]:
-    """Write every change of ``plans`` and update their state records; return the files written.
+    """Write every change of ``plans`` and update their state records, all or nothing; return the files written.
 
     Only plans made by ``lease`` while it holds the lock are accepted, so no other run can have changed a
-    file between its hash check and its replacement. If a write fails midway (disk full, a read-only mount
-    inside site-packages), the files already written get their old bytes back, so the command fails as a
-    whole instead of leaving an engine half patched.
+    file between its hash check and its replacement. The order makes the whole set crash consistent:
+    checks → intent journal (fsynced, in every root) → stage every new file and keep every old one (fsynced)
+    → rename each staged file over its target → fsync the directories → remove bytecode, the kept links and
+    the journal. SIGINT/SIGTERM/SIGHUP/SIGQUIT are held from the journal to the end. An error before the
+    first rename changes nothing; an error during the renames puts the replaced files back (renames only, so a
+    full disk cannot stop it); if even that fails, the journal stays and the next t4patch command recovers.
     """
     for plan in plans:
         if not lease.vouches_for(plan):
             raise RuntimeError(f"{plan.patch_set.spec}: plan was not made under this lease; refusing to write it")
+    strays = jr.sweep_strays(
+        [(c.status.absolute.parent, c.status.absolute.name) for p in plans for c in p.changes]
+        + [(s.absolute.parent, s.absolute.name) for p in plans for s in p.statuses]
+        + [(p.distribution.dist_info, record_path(p.distribution).name) for p in plans]
+        + [(p.distribution.root, jr.JOURNAL_NAME) for p in plans]
+    )
+    if strays:
+        note(f"removed {len(strays)} leftover temp file(s) of an earlier, killed run: {_describe_paths(strays)}")
     check_writable(plans)
-    done: list[FileChange] = []
+    token = jr.new_token()
+    entries, data = _entries(plans, token)
+    hard = [e for e in entries if not e.soft]
+    if not hard:
+        return []
+    for entry in entries:
+        _refuse_non_file(entry.path, "a patched file")
+    roots = sorted({p.distribution.root for p in plans if not p.is_noop})
+    for root in roots:
+        _refuse_non_file(root / jr.JOURNAL_NAME, "the intent journal")
+    journal = Journal.create(plans[0].operation, [p.patch_set.spec for p in plans if not p.is_noop], roots,
+                             entries, token)
+    with held_signals(note) as held:
+        held.outcome = "nothing was changed"
+        try:
+            journal.write()
+        except OSError as exc:
+            raise TargetEnvironmentError(
+                f"writing the intent journal in {_describe_paths(roots)} failed ({exc.strerror or exc}); "
+                "nothing was changed",
+                hint="fix the cause (free space, permissions, read-only mounts), then run the command again",
+            ) from None
+        _stage(journal, data)
+        _rename_all(journal, held)
+        held.outcome = f"the commit completed ({journal.description.split(' (')[0]}: every file has its new bytes)"
+        _clean_up(journal)
+    return [e.path for e in hard]
+
+
+def _stage(journal: Journal, data: dict[Path, bytes]) -> None:
+    """Write every staged file and keep every old one; on failure remove them all and the journal."""
+    created: list[Path] = []
+    current: Path | None = None
     try:
-        for plan in plans:
-            for change in plan.changes:
-                write_bytes_atomic(change.status.absolute, change.new_bytes)
-                done.append(change)
+        for entry in journal.entries:
+            current = entry.path
+            if entry.staged is not None:
+                create_temp(entry.path, data[entry.path], like=existing_stat(entry.path), token=journal.token,
+                            suffix=NEW_SUFFIX)
+                created.append(entry.staged)
+            if entry.kept is not None:
+                _keep_old(entry)
+                created.append(entry.kept)
+        for directory in sorted({e.path.parent for e in journal.entries}):
+            current = directory
+            fsync_dir(directory)
     except OSError as exc:
-        failed = f"{exc.filename or 'a target file'} ({exc.strerror or exc})"
-        for change in reversed(done):
-            write_bytes_atomic(change.status.absolute, change.old_bytes)
+        cleanup = ""
+        try:
+            for path in created:
+                path.unlink(missing_ok=True)
+            journal.remove()
+        except OSError as again:
+            cleanup = (f"; removing the staged files failed too ({again.strerror or again}), the next t4patch "
+                       "command removes them")
         raise TargetEnvironmentError(
-            f"writing {failed} failed; the {len(done)} file(s) already written were restored, nothing changed",
+            f"staging the new bytes of {current} failed ({exc.strerror or exc}); nothing was changed: every "
+            f"target still has its previous bytes{cleanup}",
             hint="fix the cause (free space, permissions, read-only mounts), then run the command again",
         ) from None
-    for change in done:
-        remove_bytecode(change.status.absolute)
-    for plan in plans:
-        if plan.is_noop:
-            continue  # nothing changed: leave the record (and its date) as it was
-        if plan.operation == "apply":
-            write_record(plan.patch_set, plan.distribution)
-        else:
-            remove_record(plan.distribution)
-    return [change.status.absolute for change in done]
+
+
+def _rename_all(journal: Journal, held: Held) -> None:
+    """Rename every staged file over its target (remove a record that goes); on failure undo the renames."""
+    done: list[Entry] = []
+    current: Path | None = None
+    try:
+        for entry in journal.entries:
+            current = entry.path
+            if entry.staged is not None:
+                os.replace(entry.staged, entry.path)
+            elif os.path.lexists(entry.path):
+                entry.path.unlink()
+            done.append(entry)
+        for directory in sorted({e.path.parent for e in journal.entries}):
+            current = directory
+            fsync_dir(directory)
+    except OSError as exc:
+        hard_done = [e for e in done if not e.soft]
+        try:
+            jr.undo(journal)
+        except OSError as again:
+            held.outcome = (f"the commit failed midway and could not be undone; on disk now: "
+                            f"{_state_line(journal.entries)}; the journal is kept for the next t4patch command")
+            raise TargetEnvironmentError(
+                f"replacing {current} failed ({exc.strerror or exc}) after {len(hard_done)} file(s) were "
+                f"replaced, and putting them back failed too ({again.strerror or again}); on disk now: "
+                f"{_state_line(journal.entries)}; the intent journal {journal.roots[0] / jr.JOURNAL_NAME} is "
+                "kept, so the next t4patch command finishes or undoes the whole set",
+                hint=f"fix the cause (free space, permissions), then run: t4patch status --site-packages "
+                f"{journal.roots[0]}",
+            ) from None
+        held.outcome = "the commit failed and every file was put back to its previous bytes"
+        raise TargetEnvironmentError(
+            f"replacing {current} failed ({exc.strerror or exc}) after {len(hard_done)} of "
+            f"{len([e for e in journal.entries if not e.soft])} file(s) were replaced; all of them were put "
+            "back, so every file has its previous bytes (nothing changed)",
+            hint="fix the cause (free space, permissions, read-only mounts), then run the command again",
+        ) from None
+
+
+def _clean_up(journal: Journal) -> None:
+    """After the last rename: the set is in place; drop stale bytecode, the kept old bytes and the journal."""
+    for entry in journal.entries:
+        if entry.bytecode:
+            jr.remove_bytecode(entry.path)
+    try:
+        jr.discard_stand_ins(journal)
+        journal.remove()
+    except OSError as exc:
+        note(f"the commit completed, but removing its leftovers failed ({exc.strerror or exc}: {exc.filename}); "
+             "the next t4patch command removes them")

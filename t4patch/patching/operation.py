@@ -9,14 +9,17 @@ and neither imports the other.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from t4patch.environment.target import TargetEnvironment
+from t4patch.environment.target import TargetEnvironment, resolve_target
 from t4patch.errors import UsageError
+from t4patch.patching import journal as jr
 from t4patch.patching.execute import commit, locked
+from t4patch.patching.journal import Recovery
 from t4patch.patching.plan import Operation, Plan, make_plan
 from t4patch.patching.selection import Selection, select
 
@@ -90,6 +93,7 @@ def perform(specs: Sequence[str], target: TargetEnvironment, operation: Operatio
     """Lock the site-packages of every selected engine, plan each under the lock, then write all or nothing."""
     selections = select_all(specs, target)
     with locked([s.distribution.root for s in selections]) as lease:
+        lease.recover()  # a dead run's half-committed set first, so the plan sees a whole set
         plans = tuple(lease.plan(s.patch_set, s.distribution, operation) for s in selections)
         written = commit(lease, plans)
     return OperationResult(operation, False, plans, tuple(written))
@@ -98,3 +102,28 @@ def perform(specs: Sequence[str], target: TargetEnvironment, operation: Operatio
 def run(specs: Sequence[str], target: TargetEnvironment, operation: Operation, *, dry_run: bool) -> OperationResult:
     """:func:`preview` for a dry run, else :func:`perform`."""
     return preview(specs, target, operation) if dry_run else perform(specs, target, operation)
+
+
+def recover_target(target: TargetEnvironment) -> list[Recovery]:
+    """Finish or undo any set a killed t4patch run left half committed anywhere in ``target``; say so.
+
+    Cheap when there is nothing to do (one stat per search-path directory). Each journal found is handled
+    under the lock of every site-packages it names, so a run still in progress is waited for, not disturbed.
+    """
+    done: list[Recovery] = []
+    for path in jr.journal_paths(target.search_path):
+        if not os.path.lexists(path):
+            continue  # finished by the lock holder meanwhile, or by an earlier journal's recovery
+        journal = jr.read_journal(path)
+        with locked(list(journal.roots)) as lease:
+            done.extend(lease.recover())
+    for root in target.search_path:
+        if jr.journal_leftovers(root):
+            with locked([root]) as lease:
+                done.extend(lease.recover())
+    return done
+
+
+def recover_interrupted(python: str | None, site_packages: str | None) -> list[Recovery]:
+    """:func:`recover_target` for the target named by ``--python`` / ``--site-packages`` (the CLI's first step)."""
+    return recover_target(resolve_target(python, site_packages))

@@ -12,27 +12,39 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from t4patch.data.locations import data_dir
-from t4patch.errors import NotInstalledError, UnsupportedVersionError
+from t4patch.errors import NotInstalledError, PatchSetError, UnsupportedVersionError
+from t4patch.patching.local_version import release_of
 from t4patch.patching.manifest import MANIFEST_NAME, PatchSet, load_patch_set
 
 NON_ENGINE_DIRS = frozenset({"build"})
 
 
 def patch_set_dirs(root: Path | None = None) -> list[Path]:
-    """Every directory holding a manifest, sorted by distribution then version."""
+    """Every directory holding a manifest, sorted by distribution then version.
+
+    A patch-set directory must be named by the exact version it patches; anything else holding a manifest
+    (``patches/vllm/latest/``) makes the whole tree invalid, said before anything is read or written.
+    """
     base = root or data_dir("patches")
     found = [
         m.parent
         for m in base.glob(f"*/*/{MANIFEST_NAME}")
         if m.parent.parent.name not in NON_ENGINE_DIRS
     ]
-    return sorted(found, key=lambda d: (d.parent.name, Version(d.name) if _is_version(d.name) else Version("0")))
+    for directory in found:
+        if not _is_version(directory.name):
+            raise PatchSetError(
+                f"invalid patch-set tree {base}: {directory.parent.name}/{directory.name}/ holds a manifest but "
+                f"{directory.name!r} is not a PEP 440 version; expected patches/<distribution>/<version>/",
+                hint=f"rename or remove {directory}, then check it with: t4patch validate",
+            )
+    return sorted(found, key=lambda d: (d.parent.name, Version(d.name)))
 
 
 def _is_version(text: str) -> bool:
     try:
         Version(text)
-    except ValueError:
+    except ValueError:  # InvalidVersion, and a version with more digits than int() converts
         return False
     return True
 
@@ -55,8 +67,15 @@ def supported_versions(distribution: str, root: Path | None = None) -> list[str]
 def find_patch_set(distribution: str, version: str, root: Path | None = None) -> PatchSet:
     """The patch set for exactly ``distribution==version``, or an error listing what is supported."""
     name = canonicalize_name(distribution)
+    if not _is_version(version):
+        raise UnsupportedVersionError(
+            f"{name} {version[:60]!r} is installed, which is not a PEP 440 version; t4patch patches released "
+            "versions only",
+            hint=f"reinstall a release of {name}, e.g. pip install --force-reinstall --no-deps {name}==<version>",
+        )
     for directory in patch_set_dirs(root):
-        if canonicalize_name(directory.parent.name) == name and Version(directory.name) == Version(version):
+        # An install of a `t4patch wheel` wheel (0.33.0+t4patch.N) is the release its patch set is for.
+        if canonicalize_name(directory.parent.name) == name and Version(directory.name) == Version(release_of(version)):
             return load_patch_set(directory)
     versions = supported_versions(name, root)
     if not versions:

@@ -4,12 +4,21 @@ and the patch set made for exactly its version."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
+from t4patch.engines import example_spec
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment
-from t4patch.errors import NotInstalledError, PatchSetError, UnsupportedVersionError, UsageError
+from t4patch.errors import (
+    NotInstalledError,
+    PatchSetError,
+    TargetEnvironmentError,
+    UnsupportedVersionError,
+    UsageError,
+)
 from t4patch.patching.manifest import PatchSet
 from t4patch.patching.registry import engines, find_patch_set
 
@@ -21,16 +30,25 @@ class Selection:
     patch_set: PatchSet
 
 
+MAX_SPEC_CHARS = 200  # a name and a version; a 10,000-digit "version" is not a spec
+
+
 def parse_spec(spec: str) -> Requirement:
+    if len(spec) > MAX_SPEC_CHARS:
+        raise UsageError(
+            f"an engine spec of {len(spec)} characters ({spec[:40]}...); expected a name with an optional PEP 440 "
+            f"version of at most {MAX_SPEC_CHARS} characters, e.g. {example_spec()}",
+            hint="t4patch list",
+        )
     try:
         req = Requirement(spec)
     except InvalidRequirement:
         raise UsageError(
-            f"{spec!r} is not an engine spec; expected a name with an optional PEP 440 version, e.g. vllm==0.33.0",
+            f"{spec!r} is not an engine spec; expected a name with an optional PEP 440 version, e.g. {example_spec()}",
             hint="t4patch list",
         ) from None
     if req.extras or req.url or req.marker:
-        raise UsageError(f"{spec!r}: extras, URLs and markers mean nothing here; expected e.g. vllm==0.33.0")
+        raise UsageError(f"{spec!r}: extras, URLs and markers mean nothing here; expected e.g. {example_spec()}")
     return req
 
 
@@ -44,13 +62,18 @@ def select(spec: str, target: TargetEnvironment) -> Selection:
             f"t4patch has no patch sets for {req.name!r}; it patches: {', '.join(known)}",
             hint="t4patch list",
         )
-    dist = target.find(name)
+    dist = find_installed(target, name)
     if dist is None:
         raise NotInstalledError(
             f"{name} is not installed in {target.description}",
             hint="install it there first, or point t4patch at the serving environment with --python EXE",
         )
-    if req.specifier and not req.specifier.contains(dist.version, prereleases=True):
+    check_single_install(dist)
+    try:
+        matches = not req.specifier or req.specifier.contains(dist.version, prereleases=True)
+    except ValueError as exc:  # e.g. a version with more digits than int() converts
+        raise UsageError(f"{spec[:60]!r}: cannot compare it with {dist.version} ({exc})") from None
+    if not matches:
         raise UnsupportedVersionError(
             f"asked for {spec} but {name} {dist.version} is installed in {target.description}",
             hint=f"ask for {name}=={dist.version}, or t4patch list for the versions t4patch supports",
@@ -64,3 +87,51 @@ def select(spec: str, target: TargetEnvironment) -> Selection:
             f"line and run: t4patch validate {patch_set.directory}",
         )
     return Selection(spec, dist, patch_set)
+
+
+def find_installed(target: TargetEnvironment, name: str) -> InstalledDistribution | None:
+    """``target.find(name)`` with damaged metadata turned into a one-line error, and its version checked."""
+    try:
+        dist = target.find(name)
+    except (OSError, ValueError) as exc:  # unreadable or non-UTF-8 METADATA, an unlistable directory
+        raise TargetEnvironmentError(
+            f"cannot read the installed metadata of {name} in {target.description} ({type(exc).__name__}: {exc})",
+            hint=f"reinstall {name} there (pip install --force-reinstall --no-deps {name}==<version>)",
+        ) from None
+    if dist is not None:
+        try:
+            Version(dist.version)
+        except InvalidVersion:
+            raise UnsupportedVersionError(
+                f"{name}: {dist.dist_info / 'METADATA'} gives Version {dist.version[:60]!r}, expected a PEP 440 "
+                "version; t4patch patches only released versions",
+                hint=f"reinstall the release: {dist.pip} --force-reinstall --no-deps {name}==<version>",
+            ) from None
+    return dist
+
+
+def other_installs(dist: InstalledDistribution) -> list[Path]:
+    """Other metadata directories of the same distribution beside ``dist``'s (a half-finished upgrade)."""
+    others: list[Path] = []
+    try:
+        entries = sorted(dist.root.iterdir())
+    except OSError:
+        return others
+    for entry in entries:
+        if entry == dist.dist_info or entry.suffix not in (".dist-info", ".egg-info"):
+            continue
+        if canonicalize_name(entry.name.split("-", 1)[0].rsplit(".", 1)[0]) == dist.name:
+            others.append(entry)
+    return others
+
+
+def check_single_install(dist: InstalledDistribution) -> None:
+    """Refuse a distribution installed twice in one directory: which files belong to which is unknowable."""
+    others = other_installs(dist)
+    if others:
+        names = ", ".join(p.name for p in [dist.dist_info, *others])
+        raise TargetEnvironmentError(
+            f"{dist.name} is installed more than once in {dist.root}: {names} (a half-finished upgrade?); "
+            "expected exactly one metadata directory, so nothing was written",
+            hint=f"remove the stale one(s), or {dist.reinstall_command()}",
+        )

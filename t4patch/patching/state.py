@@ -10,11 +10,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from t4patch import __version__
 from t4patch.environment.target import InstalledDistribution
-from t4patch.fileio.atomic import write_json_atomic
+from t4patch.fileio.atomic import write_bytes_atomic
 from t4patch.patching.manifest import PatchSet
 
 RECORD_NAME = "t4patch.json"
@@ -29,25 +30,43 @@ class StateRecord:
     raw: dict[str, Any]
 
 
-def write_record(patch_set: PatchSet, dist: InstalledDistribution) -> None:
+def record_path(dist: InstalledDistribution) -> Path:
+    return dist.dist_info / RECORD_NAME
+
+
+def record_bytes(patch_set: PatchSet) -> bytes:
+    """The record's bytes for ``patch_set`` applied now (the commit stages them with the patched files)."""
+    return record_document(patch_set, applied_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+
+
+def record_document(patch_set: PatchSet, *, applied_at: str, t4patch_version: str = __version__) -> bytes:
+    """The record's bytes with every field given: a pure function, so a built wheel can carry a record that
+    does not depend on when it was built (``t4patch wheel``)."""
     doc = {
         "schema": RECORD_SCHEMA,
         "patch_set": patch_set.spec,
-        "applied_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "t4patch_version": __version__,
+        "applied_at": applied_at,
+        "t4patch_version": t4patch_version,
         "patches": [p.file for p in patch_set.patches],
         "files": [
             {"path": t.path, "pristine_sha256": t.pristine_sha256, "patched_sha256": t.patched_sha256}
             for t in patch_set.targets
         ],
     }
-    write_json_atomic(dist.dist_info / RECORD_NAME, doc)
+    return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+
+
+def write_record(patch_set: PatchSet, dist: InstalledDistribution) -> None:
+    write_bytes_atomic(record_path(dist), record_bytes(patch_set))
 
 
 def read_record(dist: InstalledDistribution) -> StateRecord | None:
     """The record, or None when absent or unreadable (it is informational; hashes decide)."""
+    path = record_path(dist)
+    if path.is_symlink() or not path.is_file():
+        return None  # never follow a planted link or block on a FIFO for an informational file
     try:
-        raw = json.loads((dist.dist_info / RECORD_NAME).read_text(encoding="utf-8"))
+        raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(raw, dict) or raw.get("schema") != RECORD_SCHEMA:
@@ -58,4 +77,4 @@ def read_record(dist: InstalledDistribution) -> StateRecord | None:
 
 
 def remove_record(dist: InstalledDistribution) -> None:
-    (dist.dist_info / RECORD_NAME).unlink(missing_ok=True)
+    record_path(dist).unlink(missing_ok=True)

@@ -13,6 +13,7 @@ from t4patch.environment.target import InstalledDistribution, TargetEnvironment
 from t4patch.errors import T4PatchError
 from t4patch.patching.plan import FileStatus, file_statuses
 from t4patch.patching.registry import find_patch_set
+from t4patch.patching.selection import find_installed, other_installs
 from t4patch.patching.state import read_record
 
 
@@ -55,9 +56,16 @@ def summarise(files: tuple[FileStatus, ...]) -> str:
 
 
 def engine_status(name: str, target: TargetEnvironment) -> EngineStatus:
-    dist = target.find(name)
+    dist = find_installed(target, name)
     if dist is None:
         return EngineStatus(name, None, None, "not-installed", (), f"not installed in {target.description}")
+    others = other_installs(dist)
+    if others:
+        return EngineStatus(
+            name, dist, None, "foreign", (),
+            f"installed more than once in {dist.root} ({', '.join(p.name for p in [dist.dist_info, *others])}): "
+            f"remove the stale one or reinstall with {dist.reinstall_command()}",
+        )
     try:
         patch_set = find_patch_set(name, dist.version)
     except T4PatchError as exc:

@@ -15,6 +15,8 @@ import unidiff
 from unidiff.constants import LINE_TYPE_NO_NEWLINE
 
 _LINE = re.compile(rb"[^\n]*\n|[^\n]+\Z")
+_HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_FILE_HEADERS = ("--- ", "+++ ", "diff ", "index ")
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,52 @@ def _strip_prefix(name: str, prefix: str) -> str:
     return name[len(prefix):] if name.startswith(prefix) else name
 
 
+def check_structure(text: str) -> None:
+    """Refuse text that is not only a unified diff: every line must be a file header, a hunk header, or one
+    of the lines a hunk's header counts (blank lines between files are allowed).
+
+    ``unidiff`` skips lines it does not recognise, so a diff with megabytes of junk after its last hunk (or a
+    stray line between hunks) would otherwise load as if it were clean.
+    """
+    lines = text.split("\n")  # not splitlines(): a \r or \f inside a line of code is part of that line
+    if lines and lines[-1] == "":
+        lines.pop()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        header = _HUNK_HEADER.match(line)
+        if header is None:
+            if not (line.startswith(_FILE_HEADERS) or not line.strip()):
+                raise ValueError(f"not a unified diff: line {i + 1} is neither a header nor in a hunk: {line[:60]!r}")
+            i += 1
+            continue
+        old = 1 if header[2] is None else int(header[2])
+        new = 1 if header[4] is None else int(header[4])
+        start = i + 1
+        i += 1
+        while old > 0 or new > 0:
+            if i >= len(lines):
+                raise ValueError(f"not a unified diff: the hunk at line {start} ends {old} old / {new} new line(s) early")
+            body = lines[i]
+            tag = body[:1]
+            if tag == " " or body == "":
+                old, new = old - 1, new - 1
+            elif tag == "-":
+                old -= 1
+            elif tag == "+":
+                new -= 1
+            elif tag != "\\":
+                raise ValueError(f"not a unified diff: line {i + 1}, inside the hunk at line {start}, is {body[:60]!r}")
+            i += 1
+        if old < 0 or new < 0:
+            raise ValueError(f"not a unified diff: the hunk at line {start} has more lines than its header counts")
+        if i < len(lines) and lines[i].startswith("\\"):
+            i += 1  # "\ No newline at end of file" after the hunk's last line
+
+
 def parse_diff(text: str) -> list[FileDiff]:
     """Parse ``text`` into per-file hunks; refuse anything but plain modifications of existing files."""
+    check_structure(text)
     try:
         patch = unidiff.PatchSet(text)
     except unidiff.UnidiffParseError as exc:

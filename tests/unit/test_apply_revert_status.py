@@ -166,7 +166,20 @@ def test_record_hash_mismatch_is_refused(env, cli):
     record.write_text("\n".join(text) + "\n")
     snapshot = env.snapshot()
     result = cli("apply", "fakeengine", *site_args(env))
-    assert result.code == UnsupportedVersionError.exit_code and "different build" in result.err
+    assert result.code == UnsupportedVersionError.exit_code
+    assert "RECORD disagrees" in result.err and "the file and the manifest agree" in result.err
+    assert env.snapshot() == snapshot
+
+
+def test_wrong_pristine_hash_in_the_manifest_is_blamed_on_the_manifest(env, cli):
+    """RECORD and the installed file agree; the manifest pins another pristine hash: the message says so."""
+    manifest = env.patches / "fakeengine" / "1.2.0" / "manifest.toml"
+    manifest.write_text(manifest.read_text().replace(sha(CONFIG.encode()), "0" * 64))
+    snapshot = env.snapshot()
+    result = cli("apply", "fakeengine", *site_args(env))
+    assert result.code == UnsupportedVersionError.exit_code
+    assert "as its RECORD says" in result.err and "the manifest disagrees" in result.err
+    assert len(result.err.strip().splitlines()) == 1
     assert env.snapshot() == snapshot
 
 
@@ -188,22 +201,23 @@ def test_json_errors_are_documents_too(env, cli):
 
 
 def test_write_failure_midway_restores_everything(env, cli, monkeypatch):
-    import t4patch.patching.execute as execute
-
-    real = execute.write_bytes_atomic
+    """The second rename of the set fails (disk full): the first file is put back, nothing is left behind."""
+    real = os.replace
     calls = []
 
-    def flaky(path, data):
-        calls.append(path)
-        if len(calls) == 2:
-            raise OSError(28, "No space left on device", str(path))
-        real(path, data)
+    def flaky(src, dst, **kwargs):
+        if str(src).endswith(".t4patch-new"):
+            calls.append(dst)
+            if len(calls) == 2:
+                raise OSError(28, "No space left on device", str(dst))
+        real(src, dst, **kwargs)
 
-    monkeypatch.setattr(execute, "write_bytes_atomic", flaky)
+    monkeypatch.setattr(os, "replace", flaky)
     snapshot = env.snapshot()
     result = cli("apply", "fakeengine", *site_args(env))
     assert result.code == 3, result.err
-    assert "No space left on device" in result.err and "restored" in result.err
+    assert "No space left on device" in result.err and "put back" in result.err
+    assert "after 1 of 2 file(s) were replaced" in result.err
     assert env.snapshot() == snapshot
 
 

@@ -1,0 +1,538 @@
+"""Fault injection: a multi-file patch set is whole after any kill, signal or I/O error during its commit.
+
+Every trial starts from a copy of one site (pristine for apply, patched for revert), runs the real CLI, and
+breaks it at one point:
+
+- **kill**: a forked child runs ``t4patch apply|revert`` and SIGKILLs itself right before the k-th call of
+  one of the primitives a commit is made of (``os.write``, ``os.fsync``, ``os.link``, ``os.replace``,
+  ``os.unlink``), for every k the run makes, then the next command (``t4patch status``) must find the set
+  wholly pristine or wholly patched, say that it recovered, and leave no journal or temp file behind;
+- **random kill**: ``python -m t4patch`` in a subprocess SIGKILLed after a random delay inside its run;
+- **signal**: SIGTERM or SIGINT at the k-th call: the commit finishes (or is undone) before the process
+  stops, so the set is whole with no next command at all, and the process says what is on disk;
+- **error**: ENOSPC or EIO raised by the k-th call (once, or from then on: a persistent fault): the command
+  exits 0 or 3 with one line that tells the truth, and after the next command the set is whole.
+
+The synthetic engine has four targets in two directories plus the state record; the SGLang 0.5.23 runs use
+the real wheel's ten files (integration). ``--fault-trials N`` adds N random-kill trials per case (default 8).
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from t4patch.cli import main
+from t4patch.fileio.hashing import sha256_file
+from t4patch.patching.manifest import PatchSet, load_patch_set
+from t4patch.patching.registry import find_patch_set
+from tests.helpers import make_dist, make_patch_set, wheel_path
+
+REPO = Path(__file__).resolve().parents[2]
+PRIMITIVES = ("write", "fsync", "link", "replace", "unlink")
+LEFTOVER_MARKERS = (".t4patch-new", ".t4patch-old", ".t4patch-tmp", ".t4patch-journal", "t4patch.json.tmp")
+
+
+# ------------------------------------------------------------------------------------------ the engines
+
+
+def _module(name: str, n: int) -> str:
+    return "".join(f"def f{i}(capability):\n    tile = {32 + i}\n    return tile\n\n\n" for i in range(n)) + \
+        f"NAME = {name!r}\n"
+
+
+def _patched(text: str) -> str:
+    return text.replace("    tile = 32\n", "    tile = 32\n    if capability < (8, 0):\n        tile = 16\n", 1)
+
+
+SYNTHETIC_FILES = {
+    "multiengine/__init__.py": "",
+    "multiengine/kernel_a.py": _module("a", 3),
+    "multiengine/kernel_b.py": _module("b", 4),
+    "multiengine/ops/attention.py": _module("attention", 5),
+    "multiengine/ops/decode.py": _module("decode", 2),
+}
+SYNTHETIC_TARGETS = [p for p in SYNTHETIC_FILES if p != "multiengine/__init__.py"]
+
+
+@dataclass
+class Engine:
+    """A site template with one engine installed, its patch set, and how to name it on the command line."""
+
+    spec: str
+    name: str
+    pristine_site: Path
+    patched_site: Path
+    patch_set: PatchSet
+    env: dict[str, str] = field(default_factory=dict)
+
+    def state(self, site: Path) -> str:
+        """'pristine' / 'patched' when every target is, else 'mixed: ...' (hashed directly, no t4patch code)."""
+        states = []
+        for target in self.patch_set.targets:
+            path = site / target.path
+            digest = sha256_file(path) if path.is_file() else None
+            states.append("pristine" if digest == target.pristine_sha256 else
+                          "patched" if digest == target.patched_sha256 else f"foreign:{target.path}")
+        return states[0] if len(set(states)) == 1 else "mixed: " + ",".join(states)
+
+
+def leftovers(site: Path) -> list[str]:
+    return sorted(str(p.relative_to(site)) for p in site.rglob("*") if any(m in p.name for m in LEFTOVER_MARKERS))
+
+
+def record_present(engine: Engine, site: Path) -> bool:
+    return any(site.glob("*.dist-info/t4patch.json"))
+
+
+def _apply_into(template: Path, target: Path, env: dict[str, str], spec: str) -> None:
+    shutil.copytree(template, target, symlinks=True)
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        assert main(["apply", spec, "--site-packages", str(target)]) == 0
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Engine:
+    base = tmp_path_factory.mktemp("synthetic")
+    site = make_dist(base / "pristine", name="multiengine", version="2.0.0", files=SYNTHETIC_FILES)
+    patches = base / "patches"
+    make_patch_set(patches, name="multiengine", version="2.0.0",
+                   changes=[(p, SYNTHETIC_FILES[p], _patched(SYNTHETIC_FILES[p])) for p in SYNTHETIC_TARGETS])
+    env = {"T4PATCH_PATCHES": str(patches)}
+    _apply_into(site, base / "patched", env, "multiengine")
+    return Engine("multiengine==2.0.0", "multiengine", site, base / "patched",
+                  load_patch_set(patches / "multiengine" / "2.0.0"), env)
+
+
+def sglang_site(site: Path, wheel: Path, patch_set: PatchSet) -> Path:
+    """The real wheel's dist-info and the patch set's ten target files, extracted (no pip, no bytecode)."""
+    wanted = {t.path for t in patch_set.targets}
+    with zipfile.ZipFile(wheel) as zf:
+        for name in zf.namelist():
+            if name in wanted or name.split("/", 1)[0].endswith(".dist-info"):
+                zf.extract(name, site)
+    return site
+
+
+@pytest.fixture(scope="module")
+def sglang(tmp_path_factory: pytest.TempPathFactory) -> Engine:
+    os.environ.pop("T4PATCH_PATCHES", None)
+    patch_set = find_patch_set("sglang", "0.5.23")
+    base = tmp_path_factory.mktemp("sglang")
+    site = sglang_site(base / "pristine", wheel_path("sglang", "0.5.23"), patch_set)
+    _apply_into(site, base / "patched", {}, patch_set.spec)
+    return Engine(patch_set.spec, "sglang", site, base / "patched", patch_set, {})
+
+
+# ------------------------------------------------------------------------------------------ injection
+
+
+class Injector:
+    """Wraps the os primitives a commit uses; at the ``at``-th call of ``kind`` it kills, signals or fails."""
+
+    def __init__(self, kind: str | None = None, at: int = 0, action: str = "count", *, err: int = errno.ENOSPC,
+                 persistent: bool = False, sig: int = signal.SIGTERM) -> None:
+        self.kind, self.at, self.action, self.err, self.persistent, self.sig = kind, at, action, err, persistent, sig
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.fired = 0
+        self._real: dict[str, Callable[..., object]] = {}
+
+    def _wrap(self, name: str, real: Callable[..., object]) -> Callable[..., object]:
+        def wrapper(*args: object, **kwargs: object) -> object:
+            self.counts[name] += 1
+            n = self.counts[name]
+            if name == self.kind and (n == self.at or (self.persistent and n > self.at)):
+                self.fired += 1
+                if self.action == "kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                elif self.action == "signal" and n == self.at:
+                    os.kill(os.getpid(), self.sig)
+                elif self.action == "error":
+                    target = args[0] if args and isinstance(args[0], (str, Path)) else None
+                    raise OSError(self.err, os.strerror(self.err), target)
+            return real(*args, **kwargs)
+        return wrapper
+
+    def __enter__(self) -> Injector:
+        for name in PRIMITIVES:
+            self._real[name] = getattr(os, name)
+            setattr(os, name, self._wrap(name, self._real[name]))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, real in self._real.items():
+            setattr(os, name, real)
+
+
+def run_quiet(argv: list[str]) -> tuple[int, str]:
+    """Run the CLI in this process with stderr captured to a string (stdout discarded)."""
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    return code, err.getvalue()
+
+
+def count_calls(engine: Engine, operation: str, tmp: Path) -> collections.Counter[str]:
+    site = fresh(engine, operation, tmp / "count")
+    with Injector() as injector:
+        code, err = run_quiet([operation, engine.spec, "--site-packages", str(site)])
+    assert code == 0, err
+    shutil.rmtree(site)
+    return injector.counts
+
+
+def fresh(engine: Engine, operation: str, where: Path) -> Path:
+    if where.exists():
+        shutil.rmtree(where)
+    shutil.copytree(engine.pristine_site if operation == "apply" else engine.patched_site, where, symlinks=True)
+    return where
+
+
+@dataclass
+class ChildResult:
+    killed_by: int | None
+    code: int | None
+    stderr: str
+
+
+def in_child(body: Callable[[], int], stderr_path: Path, timeout_s: float = 60.0) -> ChildResult:
+    """Run ``body`` in a forked child (its stderr to a file); return how it ended."""
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 99
+        try:
+            fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 2)
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 - the child's whole life
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+            code = body()
+        except KeyboardInterrupt:
+            code = 130
+        except BaseException:  # noqa: BLE001 - report, never run pytest's code in the child
+            import traceback
+
+            traceback.print_exc()
+            code = 98
+        finally:
+            try:
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError(f"child {pid} hung for {timeout_s} s")
+        time.sleep(0.002)
+    text = stderr_path.read_text(errors="replace")
+    if os.WIFSIGNALED(status):
+        return ChildResult(os.WTERMSIG(status), None, text)
+    return ChildResult(None, os.WEXITSTATUS(status), text)
+
+
+
+# ------------------------------------------------------------------------------------------ checks
+
+
+@dataclass
+class Figures:
+    """What a batch of trials did; written to $T4PATCH_FAULT_REPORT (JSON lines) for docs/reliability.md."""
+
+    case: str
+    trials: int = 0
+    mixed_before_next_command: int = 0  # trials whose kill left the set mixed on disk (the hazard exists)
+    recovered: int = 0  # trials where the next command said it finished or undid an interrupted set
+    failures: list[str] = field(default_factory=list)
+
+    def report(self) -> None:
+        path = os.environ.get("T4PATCH_FAULT_REPORT")
+        if path:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"case": self.case, "trials": self.trials,
+                                     "mixed_before_next_command": self.mixed_before_next_command,
+                                     "recovered": self.recovered, "failures": len(self.failures)}) + "\n")
+        assert not self.failures, f"{self.case}: {len(self.failures)} of {self.trials} trials failed: " + \
+            "; ".join(self.failures[:5])
+
+
+def check_whole(engine: Engine, site: Path, label: str, figures: Figures) -> str:
+    state = engine.state(site)
+    if state not in ("pristine", "patched"):
+        figures.failures.append(f"{label}: the set is {state}")
+    left = leftovers(site)
+    if left:
+        figures.failures.append(f"{label}: left {left}")
+    if state in ("pristine", "patched") and record_present(engine, site) != (state == "patched"):
+        figures.failures.append(f"{label}: state record {'present' if record_present(engine, site) else 'absent'} "
+                                f"with the set {state}")
+    return state
+
+
+def next_command(engine: Engine, site: Path, label: str, figures: Figures) -> None:
+    """The next t4patch command (status) must succeed, say when it recovered, and leave the set whole."""
+    code, err = run_quiet(["status", engine.name, "--json", "--site-packages", str(site)])
+    if code != 0:
+        figures.failures.append(f"{label}: the next command exited {code}: {err.strip()[-300:]}")
+    if "found an interrupted" in err:
+        figures.recovered += 1
+    check_whole(engine, site, label, figures)
+
+
+def kill_trials(engine: Engine, operation: str, tmp: Path) -> Figures:
+    counts = count_calls(engine, operation, tmp)
+    figures = Figures(f"{engine.spec} {operation}: SIGKILL before each primitive call")
+    site = tmp / "site"
+    for kind in PRIMITIVES:
+        for k in range(1, counts[kind] + 1):
+            fresh(engine, operation, site)
+            argv = [operation, engine.spec, "--site-packages", str(site)]
+
+            def body(kind: str = kind, k: int = k, argv: list[str] = argv) -> int:
+                with Injector(kind, k, "kill"):
+                    return main(argv)
+
+            label = f"kill before {kind} #{k}"
+            result = in_child(body, tmp / "child.err")
+            figures.trials += 1
+            if result.killed_by != signal.SIGKILL:
+                figures.failures.append(f"{label}: the child was not killed ({result})")
+            if engine.state(site).startswith("mixed"):
+                figures.mixed_before_next_command += 1
+            next_command(engine, site, label, figures)
+    return figures
+
+
+def timer_kill_trials(engine: Engine, operation: str, tmp: Path, trials: int, seed: int) -> Figures:
+    """SIGKILL at a random moment of the run (an interval timer started with main())."""
+    site = fresh(engine, operation, tmp / "timed")
+    start = time.perf_counter()
+    assert run_quiet([operation, engine.spec, "--site-packages", str(site)])[0] == 0
+    duration = time.perf_counter() - start
+    rng = random.Random(seed)
+    figures = Figures(f"{engine.spec} {operation}: SIGKILL at a random time (seed {seed})")
+    for trial in range(trials):
+        fresh(engine, operation, site)
+        delay = rng.uniform(0.0, duration * 1.2)
+        argv = [operation, engine.spec, "--site-packages", str(site)]
+
+        def body(delay: float = delay, argv: list[str] = argv) -> int:
+            signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGKILL))
+            signal.setitimer(signal.ITIMER_REAL, max(delay, 1e-5))
+            code = main(argv)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            return code
+
+        result = in_child(body, tmp / "child.err")
+        figures.trials += 1
+        if result.killed_by is None and result.code != 0:
+            figures.failures.append(f"trial {trial}: exited {result.code}: {result.stderr.strip()[-200:]}")
+        if engine.state(site).startswith("mixed"):
+            figures.mixed_before_next_command += 1
+        next_command(engine, site, f"timer trial {trial} ({delay * 1000:.2f} ms)", figures)
+    return figures
+
+
+def signal_trials(engine: Engine, operation: str, tmp: Path, sig: int) -> Figures:
+    """SIGTERM / SIGINT at each primitive call: held until the commit ends, so the set is whole right away."""
+    counts = count_calls(engine, operation, tmp)
+    figures = Figures(f"{engine.spec} {operation}: {signal.Signals(sig).name} before each primitive call")
+    site = tmp / "site"
+    done_state = "patched" if operation == "apply" else "pristine"
+    for kind in PRIMITIVES:
+        for k in range(1, counts[kind] + 1):
+            fresh(engine, operation, site)
+            argv = [operation, engine.spec, "--site-packages", str(site)]
+
+            def body(kind: str = kind, k: int = k, argv: list[str] = argv) -> int:
+                with Injector(kind, k, "signal", sig=sig):
+                    return main(argv)
+
+            label = f"{signal.Signals(sig).name} before {kind} #{k}"
+            result = in_child(body, tmp / "child.err")
+            figures.trials += 1
+            stopped = result.killed_by == sig or (sig == signal.SIGINT and result.code == 130)
+            if not stopped:
+                figures.failures.append(f"{label}: the process did not stop as asked ({result})")
+            if "held until it ended: the commit completed" not in result.stderr:
+                figures.failures.append(f"{label}: no line saying the commit completed: {result.stderr[-300:]!r}")
+            state = check_whole(engine, site, label, figures)  # no next command: the set is whole by itself
+            if state != done_state:
+                figures.failures.append(f"{label}: the set is {state}, expected {done_state}")
+    return figures
+
+
+def error_trials(engine: Engine, operation: str, tmp: Path) -> Figures:
+    """ENOSPC and EIO from the k-th call of each primitive, once or from then on."""
+    counts = count_calls(engine, operation, tmp)
+    figures = Figures(f"{engine.spec} {operation}: ENOSPC/EIO at each write, fsync, link, replace, unlink")
+    site = tmp / "site"
+    before_state = "pristine" if operation == "apply" else "patched"
+    done_state = "patched" if operation == "apply" else "pristine"
+    for kind in PRIMITIVES:
+        for k in range(1, counts[kind] + 1):
+            for err in (errno.ENOSPC, errno.EIO):
+                for persistent in (False, True):
+                    fresh(engine, operation, site)
+                    label = f"{errno.errorcode[err]} {'from' if persistent else 'at'} {kind} #{k}"
+                    with Injector(kind, k, "error", err=err, persistent=persistent):
+                        code, text = run_quiet([operation, engine.spec, "--site-packages", str(site)])
+                    figures.trials += 1
+                    errors = [line for line in text.splitlines() if ": error: " in line]
+                    state = engine.state(site)
+                    if code not in (0, 3):
+                        figures.failures.append(f"{label}: exit {code}: {text.strip()[-300:]}")
+                    elif code == 3:
+                        if len(errors) != 1:
+                            figures.failures.append(f"{label}: expected one error line, found {text!r}")
+                        claims_unchanged = "nothing changed" in text or "nothing was changed" in text
+                        if claims_unchanged and state != before_state:
+                            figures.failures.append(f"{label}: says nothing changed, but the set is {state}")
+                        if not claims_unchanged and "journal" not in text:
+                            figures.failures.append(f"{label}: neither unchanged nor a kept journal: {text!r}")
+                    elif state != done_state:
+                        figures.failures.append(f"{label}: exit 0 with the set {state}")
+                    next_command(engine, site, label, figures)
+    return figures
+
+
+def fault_trials(request: pytest.FixtureRequest) -> int:
+    return int(request.config.getoption("--fault-trials"))
+
+
+# ------------------------------------------------------------------------------------------ the tests
+
+
+@pytest.fixture
+def trial_tmp(tmp_path: Path) -> Iterator[Path]:
+    """Where trial sites live: a tmpfs when there is one (a trial's dozens of fsyncs are then cheap; faults are
+    injected at the calls, not left to the disk), else pytest's tmp_path."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        yield tmp_path
+        return
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="t4patch-fault-", dir=shm))
+    try:
+        yield where
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture
+def synthetic_env(synthetic: Engine, monkeypatch: pytest.MonkeyPatch) -> Engine:
+    for key, value in synthetic.env.items():
+        monkeypatch.setenv(key, value)
+    return synthetic
+
+
+@pytest.mark.parametrize("operation", ["apply", "revert"])
+def test_kill_at_every_commit_step_synthetic(synthetic_env: Engine, operation: str, trial_tmp: Path) -> None:
+    figures = kill_trials(synthetic_env, operation, trial_tmp)
+    figures.report()
+    assert figures.trials > 30 and figures.mixed_before_next_command > 0, figures
+    assert figures.recovered >= figures.mixed_before_next_command
+
+
+@pytest.mark.parametrize("operation", ["apply", "revert"])
+def test_kill_at_random_times_synthetic(synthetic_env: Engine, operation: str, trial_tmp: Path,
+                                        request: pytest.FixtureRequest) -> None:
+    figures = timer_kill_trials(synthetic_env, operation, trial_tmp, 5 * fault_trials(request), seed=12)
+    figures.report()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signals_are_held_through_the_commit(synthetic_env: Engine, sig: int, trial_tmp: Path) -> None:
+    signal_trials(synthetic_env, "apply", trial_tmp, sig).report()
+
+
+@pytest.mark.parametrize("operation", ["apply", "revert"])
+def test_io_errors_at_every_step_synthetic(synthetic_env: Engine, operation: str, trial_tmp: Path) -> None:
+    error_trials(synthetic_env, operation, trial_tmp).report()
+
+
+def test_killed_subprocesses(synthetic_env: Engine, trial_tmp: Path, request: pytest.FixtureRequest) -> None:
+    """Real processes (python -m t4patch) SIGKILLed at random times, then the next command; like a user's."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    site = fresh(synthetic_env, "apply", trial_tmp / "site")
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "t4patch", "apply", synthetic_env.spec, "--site-packages", str(site)],
+                   env=env, check=True, capture_output=True)
+    duration = time.perf_counter() - start
+    rng = random.Random(7)
+    figures = Figures(f"{synthetic_env.spec} apply: python -m t4patch SIGKILLed at a random time")
+    for trial in range(fault_trials(request)):
+        fresh(synthetic_env, "apply", site)
+        proc = subprocess.Popen([sys.executable, "-m", "t4patch", "apply", synthetic_env.spec, "--site-packages",
+                                 str(site)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(duration * 0.5, duration * 1.1))
+        proc.kill()
+        proc.wait()
+        figures.trials += 1
+        next_command(synthetic_env, site, f"subprocess trial {trial}", figures)
+    figures.report()
+
+
+@pytest.fixture
+def sglang_env(sglang: Engine, monkeypatch: pytest.MonkeyPatch) -> Engine:
+    monkeypatch.delenv("T4PATCH_PATCHES", raising=False)
+    return sglang
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("operation", ["apply", "revert"])
+def test_kill_at_every_commit_step_sglang(sglang_env: Engine, operation: str, trial_tmp: Path) -> None:
+    """The real SGLang 0.5.23 set: ten files in six directories, killed before every primitive of the commit."""
+    figures = kill_trials(sglang_env, operation, trial_tmp)
+    figures.report()
+    assert figures.trials > 70 and figures.mixed_before_next_command > 0, figures
+
+
+@pytest.mark.integration
+def test_kill_at_random_times_sglang(sglang_env: Engine, trial_tmp: Path, request: pytest.FixtureRequest) -> None:
+    timer_kill_trials(sglang_env, "apply", trial_tmp, 5 * fault_trials(request), seed=23).report()
+
+
+@pytest.mark.integration
+def test_io_errors_at_every_step_sglang(sglang_env: Engine, trial_tmp: Path) -> None:
+    error_trials(sglang_env, "apply", trial_tmp).report()
+
+
+@pytest.mark.integration
+def test_signals_are_held_sglang(sglang_env: Engine, trial_tmp: Path) -> None:
+    signal_trials(sglang_env, "revert", trial_tmp, signal.SIGTERM).report()
+
+
+def test_injector_sees_the_commit(synthetic_env: Engine, trial_tmp: Path) -> None:
+    """The harness itself: a commit of four files plus the record makes the calls the trials break."""
+    counts = count_calls(synthetic_env, "apply", trial_tmp)
+    assert counts["replace"] >= 5 and counts["link"] >= 4 and counts["fsync"] >= 6 and counts["write"] >= 6, counts
