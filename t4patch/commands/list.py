@@ -54,7 +54,7 @@ def _lines(ps: PatchSet) -> list[str]:
     out = [head]
     out.extend(f"  requires {c.spec} beside it" for c in ps.requires)
     for p in ps.all_patches:
-        flag = f" [optional: apply --with {p.optional}]" if p.optional else ""
+        flag = f" [optional {p.optional!r}: off by default, not part of a plain apply]" if p.optional else ""
         out.append(f"  {p.file}{flag}: {p.title}")
         if p.upstream:
             out.append(f"    upstream: {p.upstream.link} ({p.upstream.relation}; forwarded: {p.upstream.forwarded})")

@@ -86,6 +86,19 @@ def test_apply_status_reapply_revert_on_real_wheel(installed, cli, tmp_path, mon
     assert cli("status", ps.distribution, "--check", *target).code == 9
 
 
+def test_optional_diffs_are_proven_on_the_wheel_too(installed):
+    ps, _ = installed
+    if not ps.option_names:
+        pytest.skip(f"{ps.spec} has no optional diffs")
+    from t4patch.patching.wheelproof import prove_against_wheel
+
+    everything = ps.with_options(ps.option_names)
+    proofs = prove_against_wheel(everything, wheel_path(ps.distribution, ps.version))
+    assert {p.path for p in proofs} == {t.path for t in ps.targets + ps.optional_targets}
+    for target in ps.optional_targets:
+        assert any(p.path == target.path and p.patched_sha256 == target.patched_sha256 for p in proofs)
+
+
 def test_validate_against_the_wheel(installed, cli):
     ps, _ = installed
     result = cli("validate", str(ps.directory), "--wheel", str(wheel_path(ps.distribution, ps.version)))

@@ -629,3 +629,69 @@ def test_grouped_decode_block_fits_a_t4_and_leaves_newer_gpus_alone(harness, sit
     assert decode_block_n(harness, (7, 5), 512, site=sites.pristine) == (32, 16)  # stock: 98,304 B
     for capability in ((8, 0), (9, 0)):
         assert decode_block_n(harness, capability, 512) == (32, 16)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Optional diff `decode-sliding-window` (0005): decode's window for a 600-token sequence, stock and patched
+# --------------------------------------------------------------------------------------------------------
+
+BACKEND = "sglang/srt/layers/attention/triton_backend.py"
+DECODE_WINDOW = "decode-sliding-window"
+
+
+def _function(source: str, name: str, cls: str | None = None) -> ast.FunctionDef:
+    tree = ast.parse(source)
+    scope = tree.body
+    if cls:
+        scope = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls).body
+    return next(n for n in scope if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def _decode_window_keys(source: str, seq_len: int) -> int:
+    """Run TritonAttnBackend._update_decode_kv_buffers (the CUDA-graph decode path) from ``source`` with a
+    stand-in backend. update_sliding_window_buffer is the real function cut after its first statement, the
+    window length ``window_kv_lens = torch.minimum(seq_lens, torch.tensor(sliding_window_size))``, so the
+    arguments bind to the release's own signature and the length is computed by the release's own code."""
+    real = _function(source, "update_sliding_window_buffer")
+    first = next(n for n in real.body if isinstance(n, ast.Assign))
+    assert ast.unparse(first) == "window_kv_lens = torch.minimum(seq_lens, torch.tensor(sliding_window_size))"
+    cut = ast.parse("WINDOWS.append(window_kv_lens)\nreturn (window_kv_indptr, None, window_kv_lens, None)").body
+    real.body = [first, *cut]
+    real.decorator_list = []
+    method = _function(source, "_update_decode_kv_buffers", cls="TritonAttnBackend")
+    nodes = [real, method]
+    if "_t4patch_decode_window" in source:
+        nodes.append(_function(source, "_t4patch_decode_window"))
+    windows: list[torch.Tensor] = []
+    namespace: dict = {"torch": torch, "WINDOWS": windows, "Optional": object, "SWAKVPool": object}
+    exec(compile(ast.fix_missing_locations(ast.Module(nodes, type_ignores=[])), BACKEND, "exec"), namespace)
+    backend = types.SimpleNamespace(
+        dcp_size=1, sliding_window_size=511, window_kv_indptr=torch.zeros(2, dtype=torch.int32),
+        kv_index_translator=None, token_to_kv_pool=None, cuda_graph_window_kv_indices=None,
+        cuda_graph_kv_indices=None, _fill_kv_indptr_and_indices=lambda *a: torch.zeros(2, dtype=torch.int32),
+    )
+    params = [a.arg for a in method.args.args]
+    kwargs = {"bs": 1, "seq_lens": torch.tensor([seq_len]), "req_pool_indices": torch.tensor([0])}
+    if "plan" in params:
+        kwargs["plan"] = None
+    namespace["_update_decode_kv_buffers"](backend, **kwargs)
+    (lens,) = windows
+    return int(lens[0])
+
+
+def test_optional_decode_window_is_512_keys_patched_and_511_stock(sites):
+    ps = sites.patch_set
+    if DECODE_WINDOW not in ps.option_names:
+        pytest.skip(f"{ps.spec} has no optional {DECODE_WINDOW} diff")
+    from t4patch.patching.plan import transform_bytes
+
+    assert BACKEND not in {t.path for t in ps.targets}, "optional: a plain apply leaves the file alone"
+    pristine = (sites.patched / BACKEND).read_bytes()
+    assert hashlib.sha256(pristine).hexdigest() == next(t for t in ps.optional_targets if t.path == BACKEND).pristine_sha256
+    patched = transform_bytes(ps.with_options([DECODE_WINDOW]), BACKEND, pristine, "apply").decode()
+    # Gemma 4: sliding_window 512 stored as 511; a 600-token sequence (seq_lens counts the current token)
+    assert _decode_window_keys(pristine.decode(), 600) == 511
+    assert _decode_window_keys(patched, 600) == 512
+    assert _decode_window_keys(patched, 300) == 300, "short sequences see every key, as before"
+    # both decode window builds (eager and CUDA graph) and the CUDA-graph buffer use the wider window
+    assert patched.count("_t4patch_decode_window(self.sliding_window_size)") == 3
