@@ -46,3 +46,41 @@ def test_atomic_add_switch_is_validated_at_import(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("SGLANG_MARLIN_USE_ATOMIC_ADD", "maybe")
     with pytest.raises(ValueError, match='SGLANG_MARLIN_USE_ATOMIC_ADD="maybe" is not a valid boolean'):
         parse()  # type: ignore[operator]
+
+
+MOE_REPACKS = {
+    "sglang/kernels/ops/quantization/awq_marlin_repack.py": "awq_marlin_moe_repack",
+    "sglang/srt/hardware_backend/gpu/quantization/gptq_kernels.py": "gptq_marlin_moe_repack",
+}
+REFUSAL_MODULE = "sglang/kernels/ops/moe/moe_wna16_marlin.py"
+REFUSAL = "_t4patch_refuse_moe_marlin"
+
+
+def _function(tree: ast.Module, name: str) -> ast.FunctionDef:
+    return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def test_moe_marlin_is_refused_while_the_weights_load(tmp_path: Path):
+    site = install_wheel_to(tmp_path / "sglang", wheel_path("sglang", "0.5.23"))
+    assert main(["apply", "sglang==0.5.23", "--site-packages", str(site)]) == 0
+    for rel, name in MOE_REPACKS.items():
+        body = _function(ast.parse((site / rel).read_text(encoding="utf-8")), name).body
+        first_call = next(s for s in body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call))
+        assert getattr(first_call.value.func, "id", None) == REFUSAL, f"{rel}: {name} must refuse first"
+        assert body.index(first_call) < next(i for i, s in enumerate(body) if isinstance(s, ast.For)), name
+    tree = ast.parse((site / REFUSAL_MODULE).read_text(encoding="utf-8"))
+    gemm = _function(tree, "moe_wna16_marlin_gemm")
+    assert any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == REFUSAL for n in ast.walk(gemm))
+    for below, via in ((True, False), (False, True), (False, False)):
+        namespace: dict[str, object] = {
+            "_t4patch_below_sm80": lambda index, below=below: below,
+            "_t4patch_marlin_via_vllm": lambda index, via=via: via,
+        }
+        exec(compile(ast.Module(body=[_function(tree, REFUSAL)], type_ignores=[]), REFUSAL_MODULE, "exec"),
+             namespace)  # noqa: S102
+        refuse = namespace[REFUSAL]
+        if below or via:
+            with pytest.raises(NotImplementedError, match="MoE Marlin kernel .* is empty below compute capability 8.0"):
+                refuse(0)  # type: ignore[operator]
+        else:
+            refuse(0)  # type: ignore[operator]  # cc >= 8.0 without the switch: stock behaviour
