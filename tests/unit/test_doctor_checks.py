@@ -181,3 +181,23 @@ def test_doctor_json_and_text_carry_the_checks_within_120_columns(tmp_path, cli,
 def test_a_check_status_is_one_of_three():
     with pytest.raises(ValueError):
         Check("x", "maybe", "reason")
+
+
+def test_sm75_kernel_counts_are_decoded_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    from t4patch.engines.vllm import readiness
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    library = tmp_path / "lib.so"
+    library.write_bytes(b"x")
+    names = ("_ZN4vllm6MarlinILi1EEEvv", "gptq_marlin_repack_kernel", "_ZN4vllm19cross_device_reduce1E")
+    monkeypatch.setattr(readiness, "sm75_function_names", lambda path: names)
+    assert readiness.sm75_kernel_counts(library) == {"marlin_gemm": 1, "marlin_repack": 1, "all_reduce": 1}
+
+    def decode_again(path):
+        raise AssertionError("decoded again although the cache holds the counts")
+
+    monkeypatch.setattr(readiness, "sm75_function_names", decode_again)
+    assert readiness.sm75_kernel_counts(library)["all_reduce"] == 1
+    library.write_bytes(b"a reinstalled library")  # new size and mtime: a new key, decoded again
+    with pytest.raises(AssertionError, match="decoded again"):
+        readiness.sm75_kernel_counts(library)

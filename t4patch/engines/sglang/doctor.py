@@ -100,7 +100,7 @@ def cuobjdump_sm75_cubins(path: str) -> int | None:
 def check(target: TargetEnvironment) -> SglangReadiness | None:
     """None when SGLang is not installed in ``target``; otherwise what it has and lacks for Turing."""
     from t4patch.cuda.fatbin import cuda_architectures
-    from t4patch.engines.vllm.readiness import sm75_function_names
+    from t4patch.engines.vllm.readiness import sm75_kernel_counts
 
     sglang = target.find("sglang")
     if sglang is None:
@@ -129,8 +129,9 @@ def check(target: TargetEnvironment) -> SglangReadiness | None:
         else:
             library = str(so)
             try:
-                # decoded once per process: the vLLM all-reduce check reads the same sm_75 kernels
-                gemm, repack = count_marlin_names(sm75_function_names(so))
+                # decoded once and cached: the vLLM all-reduce check reads the same sm_75 kernels
+                counts = sm75_kernel_counts(so)
+                gemm, repack = counts["marlin_gemm"], counts["marlin_repack"]
             except T4PatchError as exc:
                 # Without a zstd decoder the kernel names cannot be read; the entry headers still say
                 # whether sm_75 machine code is there at all.

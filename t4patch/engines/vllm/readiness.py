@@ -26,6 +26,47 @@ def sm75_function_names(path: Path) -> tuple[str, ...]:
     return tuple(name for cubin in sass_payloads(path, TURING) for name in function_names(cubin))
 
 
+def _cache_file(path: Path) -> Path:
+    import hashlib
+    import os
+
+    info = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}\0{info.st_size}\0{info.st_mtime_ns}".encode()).hexdigest()[:24]
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "t4patch" / "doctor" / f"sm75-kernels-{key}.json"
+
+
+def sm75_kernel_counts(path: Path) -> dict[str, int]:
+    """How many sm_75 Marlin GEMM, Marlin repack and custom all-reduce kernels ``path`` holds.
+
+    Decoding the cubins takes about 0.4 s, so the counts are kept in t4patch's cache keyed by the library's
+    path, size and modification time (a reinstalled library is a new key); the cache is an optimisation only:
+    an unreadable or unwritable cache means decoding again.
+    """
+    import json
+
+    from t4patch.engines.sglang.doctor import count_marlin_names  # the Marlin kernel-name rule lives there
+
+    cache = _cache_file(path)
+    try:
+        counts = json.loads(cache.read_text(encoding="utf-8"))
+        if isinstance(counts, dict) and all(isinstance(v, int) for v in counts.values()) and len(counts) == 3:
+            return counts
+    except (OSError, ValueError):
+        pass
+    names = sm75_function_names(path)
+    gemm, repack = count_marlin_names(names)
+    counts = {"marlin_gemm": gemm, "marlin_repack": repack, "all_reduce": sum(1 for n in names if ALL_REDUCE in n)}
+    try:
+        from t4patch.fileio.atomic import write_json_atomic
+
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(cache, counts)
+    except OSError:
+        pass
+    return counts
+
+
 def all_reduce_code(ctx: Context) -> Check:
     vllm = ctx.target.find("vllm")
     assert vllm is not None
@@ -33,10 +74,9 @@ def all_reduce_code(ctx: Context) -> Check:
     if not library.is_file():
         return Check("vllm-all-reduce", "warn", f"{library} is missing", fix=vllm.reinstall_command())
     try:
-        names = sm75_function_names(library)
+        kernels = sm75_kernel_counts(library)["all_reduce"]
     except Exception as exc:  # noqa: BLE001 - an unreadable library is reported, not fatal to doctor
         return Check("vllm-all-reduce", "warn", f"could not read the sm_75 kernels of {library}: {exc}")
-    kernels = sum(1 for name in names if ALL_REDUCE in name)
     if kernels:
         return Check("vllm-all-reduce", "ok", f"vLLM {vllm.version}: {kernels} custom all-reduce kernels with sm_75 SASS")
     return Check(
