@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -40,6 +41,15 @@ class Built:
     release: Path
     result: PatchedWheel
     site: Path
+
+
+DOCKERFILE = SCRIPT.parent / "Dockerfile"
+
+
+def dockerfile_specs() -> list[str]:
+    """The specs of the example Dockerfile's last (most complete) install-patched-wheels line."""
+    lines = re.findall(r"install-patched-wheels /wheels ((?:\S+==\S+ ?)+)", DOCKERFILE.read_text())
+    return lines[-1].split()
 
 
 _BUILT: dict[str, PatchedWheel] = {}  # one build per patch set per session, all in one wheels/ directory
@@ -134,12 +144,13 @@ def test_a_changed_byte_is_refused_and_nothing_written(built: Built, tmp_path: P
 
 
 def test_the_fleet_example_installs_into_a_fresh_venv(wheels: Path, tmp_path: Path) -> None:
-    """docs/examples/fleet/install-patched-wheels.sh, as the example Dockerfile runs it, minus the dependency
-    step (no index here): every shipped engine's patched wheel into a fresh venv with --no-deps (SGLang with
-    vLLM beside it), then `t4patch status --check` through --python."""
-    specs = [ps.spec for ps in PATCH_SETS]
-    for ps in PATCH_SETS:
-        patched_wheel(ps, wheels)
+    """docs/examples/fleet/install-patched-wheels.sh, as the example Dockerfile's SGLang image runs it, minus the
+    dependency step (no index here): its patched wheels (SGLang with vLLM beside it) into a fresh venv with
+    --no-deps, then `t4patch status --check` through --python."""
+    specs = dockerfile_specs()
+    by_spec = {ps.spec: ps for ps in PATCH_SETS}
+    for spec in specs:
+        patched_wheel(by_spec[spec], wheels)
     venv = tmp_path / "serve"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     progress(f"install-patched-wheels {' '.join(specs)} into a fresh venv ...")
@@ -147,4 +158,22 @@ def test_the_fleet_example_installs_into_a_fresh_venv(wheels: Path, tmp_path: Pa
                           env={**os.environ, "PYTHON": str(venv / "bin" / "python"),
                                "T4PATCH": str(Path(sys.executable).parent / "t4patch")})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert all(f"{ps.distribution} {_BUILT[ps.spec].version}: applied" in proc.stdout for ps in PATCH_SETS), proc.stdout
+    assert all(f"{by_spec[spec].distribution} {_BUILT[spec].version}: applied" in proc.stdout for spec in specs), (
+        proc.stdout)
+
+
+OPTIONAL = [ps for ps in PATCH_SETS if ps.option_names]
+
+
+@pytest.mark.skipif(not OPTIONAL, reason="no shipped patch set has optional diffs")
+@pytest.mark.parametrize("ps", OPTIONAL, ids=[ps.spec for ps in OPTIONAL])
+def test_with_every_optional_diff(ps: PatchSet, wheels: Path, tmp_path: Path) -> None:
+    """--with NAME on the real wheel: the optional diffs' files are patched too, under a label of their own."""
+    release = wheel_path(ps.distribution, ps.version)
+    progress(f"t4patch wheel {ps.spec} --with {' '.join(ps.option_names)} ...")
+    result = build_patched_wheel(ps.spec, out_dir=tmp_path, from_wheel=release, options=ps.option_names)
+    assert result.options == tuple(sorted(ps.option_names))
+    assert result.label != patched_wheel(ps, wheels).label  # the default set's wheel (shared, built once)
+    with zipfile.ZipFile(result.path) as zf:
+        for target in ps.with_options(ps.option_names).targets:
+            assert sha256_bytes(zf.read(target.path)) == target.patched_sha256
