@@ -124,8 +124,8 @@ class PtxJit:
                     }
             real_init(kernel)
 
-        self.driver.get_current_target = lambda: self.target  # type: ignore[method-assign]
-        CompiledKernel._init_handles = init_handles  # type: ignore[method-assign]
+        self.driver.get_current_target = lambda: self.target
+        CompiledKernel._init_handles = init_handles
         try:
             for fn in self.functions:
                 if id(fn) not in self.caches:
@@ -134,8 +134,8 @@ class PtxJit:
                 fn.device_caches = self.caches[id(fn)]
             yield
         finally:
-            self.driver.get_current_target = real_get_target  # type: ignore[method-assign]
-            CompiledKernel._init_handles = real_init  # type: ignore[method-assign]
+            self.driver.get_current_target = real_get_target
+            CompiledKernel._init_handles = real_init
             for fn in self.functions:
                 fn.device_caches = saved[id(fn)]
 
@@ -225,7 +225,7 @@ def sglang_numerics(extend: Any, decode: Any, small: bool) -> list[dict[str, Any
             batch = sg.make_pool_batch(head, seqs, seed=zlib.crc32(f"sglang/{layer}/{name}".encode()))
             mask = (window, None) if phase == "extend" else (-1, sg.decode_window(batch, window))
             ref = sg.reference(batch, scale, *mask)
-            floor = float((sg.reference(batch, scale, *mask, fp16_p=True).half().float() - ref).abs().max())
+            floor = float((sg.reference(batch, scale, mask[0], mask[1], fp16_p=True).half().float() - ref).abs().max())
             splits = None
             if phase == "decode":
                 rnd = random.Random(len(seqs))
@@ -240,7 +240,7 @@ def sglang_numerics(extend: Any, decode: Any, small: bool) -> list[dict[str, Any
                     if phase == "extend":
                         out = sg.run_extend(extend, batch, scale, window)
                     else:
-                        out = sg.run_decode(decode, batch, scale, window, splits)
+                        out = sg.run_decode(decode, batch, scale, window, splits or [])
                 torch.cuda.synchronize()
                 launches = capture_e.take() + capture_d.take()
                 kernels = ptx.take()

@@ -320,12 +320,12 @@ def read_sources(recipe: Recipe, sdist: Path) -> tuple[dict[str, bytes], dict[st
         try:
             with tarfile.open(sdist, "r:*") as archive:
                 for member in archive:
-                    rel = names.get(member.name)
-                    if rel is None or not member.isfile():
+                    found_rel = names.get(member.name)
+                    if found_rel is None or not member.isfile():
                         continue
                     handle = archive.extractfile(member)
                     if handle is not None:
-                        found[rel] = handle.read()
+                        found[found_rel] = handle.read()
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise ForeignFileError(f"{sdist}: not a readable sdist archive ({exc})", hint=_sdist_hint(recipe)) from exc
     missing = sorted(set(wanted) - set(found))

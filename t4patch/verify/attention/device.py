@@ -44,10 +44,10 @@ def install_device(arch: dict[str, Any]) -> DeviceProperties:
         shared_memory_per_block_optin=arch["shared_memory_per_block_optin"],
         warp_size=arch.get("warp_size", 32),
     )
-    torch.cuda.get_device_capability = lambda device=None: (major, minor)  # type: ignore[assignment]
-    torch.cuda.get_device_properties = lambda device=None: props  # type: ignore[assignment]
-    torch.cuda.get_device_name = lambda device=None: props.name  # type: ignore[assignment]
-    torch.cuda.current_device = lambda: 0  # type: ignore[assignment]
+    torch.cuda.get_device_capability = lambda device=None: (major, minor)
+    torch.cuda.get_device_properties = lambda device=None: props  # type: ignore[assignment,return-value]
+    torch.cuda.get_device_name = lambda device=None: props.name
+    torch.cuda.current_device = lambda: 0
     return props
 
 
@@ -61,7 +61,7 @@ def arch_tensor_class() -> type:
         def is_cuda(self) -> bool:  # type: ignore[override]
             return True
 
-        def get_device(self) -> int:  # type: ignore[override]
+        def get_device(self) -> int:
             return 0
 
     return ArchTensor

@@ -42,7 +42,7 @@ def weight_perm_4bit() -> tuple[int, ...]:
                 per_thread.append(16 * row + col + 8 * block)
         for j in range(4):  # the four tiles of the block
             perm.extend(p + 256 * j for p in per_thread)
-    interleaved = []
+    interleaved: list[int] = []
     for start in range(0, len(perm), len(_INTERLEAVE_4BIT)):
         chunk = perm[start : start + len(_INTERLEAVE_4BIT)]
         interleaved.extend(chunk[i] for i in _INTERLEAVE_4BIT)
