@@ -1,5 +1,11 @@
-"""`verify attention` on the real released wheels: Triton compiles of vLLM 0.33.0's and SGLang 0.5.23's own
-attention launches for sm_75 and sm_80, stock and with t4patch's patch sets applied.
+"""`verify attention` on the real released wheels: Triton compiles of every shipped vLLM and SGLang release's
+own attention launches for sm_75 and sm_80, stock and with t4patch's patch sets applied.
+
+The releases run in three generations (vLLM 0.33.0 + SGLang 0.5.23, 0.32.0 + 0.5.22, 0.31.0 + 0.5.21). A
+release is compiled with the Triton series its pinned torch requires (verify/attention-cases.toml): in this
+interpreter when its triton is that series, else in the interpreter named by ``T4PATCH_TEST_PYTHON_TRITON_<X_Y>``
+(e.g. ``T4PATCH_TEST_PYTHON_TRITON_3_7``: a venv with triton 3.7.1 and a CPU torch); without one that release's
+reports are skipped, naming the variable. Results from another compiler would not be the engine's.
 
 Needs torch (CPU build) and triton 3.8 in this interpreter (the `verify` extra); skipped cleanly otherwise.
 Each (tree, engine, arch) is compiled once per session and shared by the tests below. Compiled kernels are
@@ -20,8 +26,8 @@ import pytest
 from t4patch.cli import main
 from t4patch.environment.target import resolve_target
 from t4patch.errors import MissingDependencyError, VerificationError
-from t4patch.patching.registry import find_patch_set
-from t4patch.verify.attention.cases import load_archs
+from t4patch.patching.registry import all_patch_sets, find_patch_set
+from t4patch.verify.attention.cases import load_archs, load_cases
 from t4patch.verify.attention.runner import check, verify_attention
 from tests.helpers import install_wheel_to, wheel_path
 
@@ -36,6 +42,33 @@ if ".".join(triton.__version__.split(".")[:2]) != "3.8":
 REGEX_VERSION = "2026.11.19"
 T4_LIMIT = 65536
 ARCHS = load_archs()
+CASES = load_cases()
+SERIES = ".".join(triton.__version__.split(".")[:2])
+
+
+def _versions(name: str) -> list[str]:
+    return sorted((ps.version for ps in all_patch_sets() if ps.distribution == name), key=lambda v: tuple(map(int, v.split("."))), reverse=True)
+
+
+GENERATIONS = list(zip(_versions("vllm"), _versions("sglang")))
+
+
+def series_for(engine: str, version: str) -> str:
+    cases = CASES.engine(engine)
+    assert cases is not None
+    return cases.for_version(version).triton_series
+
+
+def interpreter_for(series: str) -> str | None:
+    """None: this interpreter has that series; else the interpreter the environment names (or skip)."""
+    if series == SERIES:
+        return None
+    variable = "T4PATCH_TEST_PYTHON_TRITON_" + series.replace(".", "_")
+    python = os.environ.get(variable)
+    if not python:
+        pytest.skip(f"needs triton {series}.x (this interpreter has {triton.__version__}): set {variable} to a "
+                    f"python with triton {series} and a CPU torch")
+    return python
 
 
 def _hardlink_copy(src: Path, dst: Path, ignore=None) -> Path:
@@ -48,45 +81,55 @@ def _apply(site: Path, spec: str) -> None:
     assert code == 0, f"t4patch apply {spec} failed with exit {code}"
 
 
-@pytest.fixture(scope="module")
-def trees(tmp_path_factory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("attention-fit")
-    vllm = install_wheel_to(base / "vllm-stock", wheel_path("vllm", "0.33.0"))
+@pytest.fixture(scope="module", params=GENERATIONS, ids=[f"vllm{v}-sglang{g}" for v, g in GENERATIONS])
+def trees(request, tmp_path_factory) -> dict[str, Path]:
+    vllm_version, sglang_version = request.param
+    base = tmp_path_factory.mktemp(f"attention-fit-{vllm_version}")
+    vllm = install_wheel_to(base / "vllm-stock", wheel_path("vllm", vllm_version))
     if importlib.util.find_spec("regex") is None:
         install_wheel_to(vllm, wheel_path("regex", REGEX_VERSION))
     out = {"vllm-stock": vllm}
     out["vllm-no-regex"] = _hardlink_copy(vllm, base / "vllm-no-regex", ignore=shutil.ignore_patterns("regex*"))
     out["vllm-patched"] = _hardlink_copy(vllm, base / "vllm-patched")
-    _apply(out["vllm-patched"], "vllm==0.33.0")
-    sglang = install_wheel_to(base / "sglang-stock", wheel_path("sglang", "0.5.23"))
+    _apply(out["vllm-patched"], f"vllm=={vllm_version}")
+    sglang = install_wheel_to(base / "sglang-stock", wheel_path("sglang", sglang_version))
     out["sglang-stock"] = sglang
     try:
-        find_patch_set("sglang", "0.5.23")
+        find_patch_set("sglang", sglang_version)
     except Exception:  # noqa: BLE001 - no SGLang patch set shipped (yet): the patched SGLang tests skip
         pass
     else:
         out["sglang-patched"] = _hardlink_copy(sglang, base / "sglang-patched")
-        _apply(out["sglang-patched"], "sglang==0.5.23")
-    return out
+        _apply(out["sglang-patched"], f"sglang=={sglang_version}")
+    out_versions = {"vllm": vllm_version, "sglang": sglang_version}
+    return {**out, "_versions": out_versions}  # type: ignore[dict-item]
 
 
-_REPORTS: dict[tuple[str, str, str], object] = {}
+_REPORTS: dict[tuple[str, str, str, str], object] = {}
 
 
 @pytest.fixture(scope="module")
 def report(trees):
     def get(tree: str, engine: str, arch: str):
-        key = (tree, engine, arch)
+        version = trees["_versions"][engine]
+        python = interpreter_for(series_for(engine, version))
+        key = (tree, engine, version, arch)
         if key not in _REPORTS:
             if tree not in trees:
                 pytest.skip(f"no {tree} tree (patch set not shipped)")
             site = trees[tree]
             _REPORTS[key] = verify_attention(
-                [engine], ARCHS[arch], resolve_target(site_packages=str(site)), site_packages=str(site)
+                [engine], ARCHS[arch], resolve_target(site_packages=str(site)), python=python,
+                site_packages=str(site)
             )
         return _REPORTS[key]
 
     return get
+
+
+def trees_version(rep) -> str:
+    (engine,) = rep.engines
+    return engine.version
 
 
 def table(rep) -> dict[tuple[str, str], list[tuple[str, dict, int, int]]]:
@@ -110,7 +153,7 @@ def test_stock_vllm_head512_2d_needs_98304_bytes_on_sm75(report):
     assert not rep.ok
     (engine,) = rep.engines
     assert engine.patch_state == "stock, patch set not applied"
-    assert engine.versions["triton"].startswith("3.8")
+    assert engine.versions["triton"].startswith(series_for("vllm", trees_version(rep)) + ".")
     paths = {(c.layer, c.case): c.path for c in engine.cases}
     assert paths[("full", "prefill")] == "2d" and paths[("full", "decode-small")] == "3d"
     assert paths[("full", "decode-large")] == "2d"
@@ -168,6 +211,9 @@ def test_nothing_is_written_into_the_target(report, trees):
 
 
 def test_cli_exit_code_and_json_on_the_stock_wheel(report, trees, capsys):
+    series = series_for("vllm", trees["_versions"]["vllm"])
+    if series != SERIES:  # the CLI runs its worker in this interpreter; --python would also move the target
+        pytest.skip(f"vllm {trees['_versions']['vllm']} compiles with triton {series}; this interpreter has {SERIES}")
     report("vllm-stock", "vllm", "sm_75")  # warm the compile cache first
     code = main(["verify", "attention", "vllm", "--site-packages", str(trees["vllm-stock"]), "--json"])
     captured = capsys.readouterr()

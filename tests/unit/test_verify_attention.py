@@ -65,12 +65,21 @@ def test_shipped_case_table_covers_gemma4_e2b_and_every_vllm_path():
     assert (model.num_query_heads, model.num_kv_heads, model.dtype, model.kv_block_size) == (8, 1, "float16", 16)
     assert [(l.name, l.head_size, l.sliding_window) for l in model.layers] == [("sliding", 256, 512), ("full", 512, 0)]
     vllm = table.engine("vllm")
-    assert vllm is not None and vllm.versions == ("0.33.0",) and vllm.triton_series == "3.8"
+    assert vllm is not None and vllm.versions == ("0.31.0", "0.32.0", "0.33.0") and vllm.triton_series == "3.8"
+    # each release is compiled with the Triton series its pinned torch requires (torch 2.13.0: triton 3.7.1)
+    assert [vllm.for_version(v).triton_series for v in vllm.versions] == ["3.7", "3.7", "3.8"]
     assert {c.path for c in vllm.cases} == {"2d", "3d"}  # 3d also launches reduce_segments
     assert {c.phase for c in vllm.cases} == {"prefill", "decode"}
     assert set(vllm.kernel_tiles) == {"kernel_unified_attention", "reduce_segments"}
     sglang = table.engine("sglang")
     assert sglang is not None and {c.path for c in sglang.cases} == {"extend", "decode-grouped"}
+    assert [sglang.for_version(v).triton_series for v in sglang.versions] == ["3.7", "3.8", "3.8"]
+
+
+def test_triton_by_version_must_name_listed_versions(tmp_path):
+    text = CASES_OK.replace('triton = "3.8"', 'triton = "3.8"\ntriton_by_version = { "0.30.0" = "3.7" }')
+    with pytest.raises(DataFileError, match="engine.vllm.triton_by_version.0.30.0: expected a listed version"):
+        load_cases(_write(tmp_path, "cases.toml", text))
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
@@ -310,11 +319,11 @@ def test_selection_finds_installed_engines_and_refuses_others(tmp_path):
 
 
 def test_selection_refuses_an_undriven_version(tmp_path):
-    site = make_dist(tmp_path / "site", name="vllm", version="0.32.0", files={"vllm/__init__.py": ""})
+    site = make_dist(tmp_path / "site", name="vllm", version="0.30.0", files={"vllm/__init__.py": ""})
     target = resolve_target(site_packages=str(site))
     with pytest.raises(UnsupportedVersionError) as info:
         select_engines(["vllm"], TABLE, target)
-    assert info.value.exit_code == 5 and "0.33.0" in str(info.value)
+    assert info.value.exit_code == 5 and "0.31.0, 0.32.0, 0.33.0" in str(info.value)
     with pytest.raises(NotInstalledError):  # nothing verifiable installed when no engine is named
         select_engines([], TABLE, target)
 

@@ -9,7 +9,7 @@ turn a misfit into a pass, which is exactly what this command exists to prevent.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,11 +86,16 @@ class EngineCases:
     distribution: str
     versions: tuple[str, ...]
     driver: str
-    triton_series: str  # "3.8": the Triton the engine's pinned torch requires
+    triton_series: str  # "3.8": the Triton the engine's pinned torch requires (see for_version)
     files: tuple[str, ...]  # launcher files (relative to site-packages) whose sha256 the report records
     kernel_tiles: dict[str, tuple[str, ...]]  # kernel name -> constexprs to report as its tiles
     cases: tuple[Case, ...]
     settings: dict[str, int]  # driver-specific integers (max_num_seqs, max_kv_splits)
+    triton_by_version: dict[str, str] = field(default_factory=dict)  # releases whose torch pins another Triton
+
+    def for_version(self, version: str) -> EngineCases:
+        """These cases for one installed release: ``triton_series`` becomes the series that release's torch pins."""
+        return replace(self, triton_series=self.triton_by_version.get(version, self.triton_series))
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,8 @@ CASES_SCHEMA = Table(
                     "versions": ListOf(Str(), nonempty=True),
                     "driver": Str(),
                     "triton": Str(),
+                    # release -> Triton series, for releases whose pinned torch requires another one
+                    "triton_by_version": optional(MapOf(Str())),
                     "files": ListOf(Str(), nonempty=True),
                     # driver settings (integers); which driver reads which: t4patch/engines/<engine>/attention.py
                     "max_num_seqs": optional(Int()),
@@ -221,6 +228,11 @@ def _load_engine(key: str, entry: dict[str, Any], model: Model, path: Path) -> E
     series = entry["triton"]
     if not re.match(r"^\d+\.\d+$", series):
         raise _fail(path, f"{where}.triton: expected a major.minor series like \"3.8\", found {series!r}")
+    by_version = dict(entry.get("triton_by_version", {}))
+    for version, other in by_version.items():
+        if version not in entry["versions"] or not re.match(r"^\d+\.\d+$", other):
+            raise _fail(path, f"{where}.triton_by_version.{version}: expected a listed version and a series like "
+                              f"\"3.7\", found {version!r} = {other!r}")
     files = entry["files"]
     for f in files:
         if not f.endswith(".py"):
@@ -261,4 +273,5 @@ def _load_engine(key: str, entry: dict[str, Any], model: Model, path: Path) -> E
         kernel_tiles=kernel_tiles,
         cases=tuple(cases),
         settings=settings,
+        triton_by_version=by_version,
     )

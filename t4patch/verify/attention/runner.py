@@ -102,7 +102,7 @@ def select_engines(names: list[str], table: CaseTable, target: TargetEnvironment
                 hint=f"{target.pip_install()} {engine.distribution}=={engine.versions[-1]} (the whole release, with "
                 "its own dependencies), or a newer t4patch",
             )
-        found.append(EngineTarget(engine, dist))
+        found.append(EngineTarget(engine.for_version(dist.version), dist))  # that release's Triton series
     if not found:
         supported = ", ".join(f"{e.distribution} {'/'.join(e.versions)}" for e in table.engines)
         raise NotInstalledError(
