@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-SUBCOMMANDS = ("verify_attention", "verify_marlin", "verify_build")
+SUBCOMMANDS = ("verify_attention", "verify_marlin", "verify_build", "verify_llama_cpp")
 
 
 def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -1,0 +1,285 @@
+"""Run llama.cpp's test-backend-ops for each op of the Gemma 4 E2B list and judge the results.
+
+One process per op entry (``test-backend-ops test -b BACKEND -o OPS [-p REGEX]``), each with a time limit,
+its output streamed so progress is shown while it runs (a head-512 flash-attention case JIT-compiles
+for a while on a GPU that runs PTX). A case is a failure when llama.cpp says FAIL or the process died in it
+(crashed); an op entry fails when its filter matched no case at all (the op list no longer fits this
+llama.cpp), when it ran out of time (incomplete: what did not run is not proven), or when the process
+exited non-zero without a failing case. "not supported" is not a failure; every not-supported case at a
+shape Gemma 4 E2B produces is listed with what llama.cpp then does (the op list's ``on_not_supported``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from t4patch.data.locations import data_dir
+from t4patch.data.tomlcompat import tomllib
+from t4patch.errors import MissingDependencyError, PatchSetError
+from t4patch.verify.llamacpp import parse
+
+BINARY = "test-backend-ops"
+OPS_FILE = "llama-cpp-gemma4-e2b.toml"
+_KEYS = {"name", "o", "p", "graph", "on_not_supported", "e2b_shape"}
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    o: str
+    p: str | None
+    graph: str
+    on_not_supported: str
+    e2b_shape: tuple[str, ...] = ()
+
+    def argv(self, binary: Path, backend: str) -> list[str]:
+        return [str(binary), "test", "-b", backend, "-o", self.o, *(["-p", self.p] if self.p else [])]
+
+    def is_e2b_shape(self, params: str) -> bool:
+        return all(re.search(rx, params) for rx in self.e2b_shape)
+
+
+@dataclass(frozen=True)
+class OpList:
+    path: Path
+    name: str
+    model: str
+    llama_cpp: str
+    ops: tuple[OpSpec, ...]
+
+
+def load_ops(path: Path | None = None) -> OpList:
+    path = path or data_dir("verify") / OPS_FILE
+
+    def bad(message: str) -> PatchSetError:
+        return PatchSetError(f"invalid op list {path}: {message}", hint="reinstall t4patch; this file is shipped data")
+
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise bad(str(exc)) from exc
+    if doc.get("schema") != 1 or not isinstance(doc.get("op"), list) or not doc["op"]:
+        raise bad("expected schema = 1 and [[op]] tables")
+    unknown_top = set(doc) - {"schema", "name", "model", "llama_cpp", "op"}
+    if unknown_top:
+        raise bad(f"unknown keys {sorted(unknown_top)}")
+    ops, names = [], set()
+    for i, entry in enumerate(doc["op"]):
+        where = f"op[{i}]"
+        if not isinstance(entry, dict):
+            raise bad(f"{where} is not a table")
+        if set(entry) - _KEYS:
+            raise bad(f"{where}: unknown keys {sorted(set(entry) - _KEYS)} (allowed: {sorted(_KEYS)})")
+        for key in ("name", "o", "graph", "on_not_supported"):
+            if not isinstance(entry.get(key), str) or not entry[key].strip():
+                raise bad(f"{where}.{key} must be a non-empty string")
+        p = entry.get("p")
+        shapes = entry.get("e2b_shape", [])
+        if p is not None and not isinstance(p, str):
+            raise bad(f"{where}.p must be a string")
+        if not isinstance(shapes, list) or not all(isinstance(x, str) for x in shapes):
+            raise bad(f"{where}.e2b_shape must be a list of regexes")
+        for rx in ([p] if p else []) + shapes:
+            try:
+                re.compile(rx)
+            except re.error as exc:
+                raise bad(f"{where}: {rx!r} is not a regex ({exc})") from exc
+        if entry["name"] in names:
+            raise bad(f"{where}: name {entry['name']!r} is listed twice")
+        names.add(entry["name"])
+        ops.append(OpSpec(entry["name"], entry["o"], p, entry["graph"], entry["on_not_supported"], tuple(shapes)))
+    return OpList(path, str(doc.get("name", "")), str(doc.get("model", "")), str(doc.get("llama_cpp", "")), tuple(ops))
+
+
+def find_binary(build: Path) -> Path:
+    """``BUILD_DIR/bin/test-backend-ops`` (or the binary itself); MissingDependencyError with the build command."""
+    candidates = [build] if build.is_file() else [build / "bin" / BINARY, build / BINARY]
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    raise MissingDependencyError(
+        f"expected llama.cpp's {BINARY} in {build}/bin, found none",
+        hint="t4patch build llama.cpp --with-tests (or cmake -DLLAMA_BUILD_TESTS=ON, target test-backend-ops)",
+    )
+
+
+def build_info(build: Path) -> dict[str, Any]:
+    """What the build says about itself: CMake cache entries that matter, and llama.cpp's commit."""
+    root = build.parent.parent if build.is_file() else build
+    info: dict[str, Any] = {"build_dir": str(root)}
+    cache = root / "CMakeCache.txt"
+    if cache.is_file():
+        wanted = ("CMAKE_CUDA_ARCHITECTURES", "GGML_CUDA", "GGML_NATIVE", "CMAKE_BUILD_TYPE", "CMAKE_CUDA_COMPILER_VERSION")
+        for line in cache.read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition("=")
+            name = key.split(":", 1)[0]
+            if name in wanted:
+                info[name] = value
+    build_info_cpp = root / "common" / "build-info.cpp"
+    if build_info_cpp.is_file():
+        m = re.search(r'LLAMA_COMMIT = "([^"]*)"', build_info_cpp.read_text(encoding="utf-8", errors="replace"))
+        if m:
+            info["llama_commit"] = m.group(1)
+    return info
+
+
+@dataclass
+class OpResult:
+    spec: OpSpec
+    argv: list[str]
+    seconds: float
+    returncode: int | None
+    timed_out: bool
+    parsed: parse.Parsed
+    stderr_tail: str
+    problems: list[str] = field(default_factory=list)  # op-level failures
+
+    def e2b_not_supported(self) -> list[parse.Case]:
+        return [c for c in self.parsed.cases if c.status == "not_supported" and self.spec.is_e2b_shape(c.params)]
+
+    def failed_cases(self) -> list[parse.Case]:
+        return [c for c in self.parsed.cases if c.status in ("fail", "crashed")]
+
+    def to_json(self) -> dict[str, Any]:
+        counts = self.parsed.counts()
+        e2b_ns = self.e2b_not_supported()
+        return {
+            "name": self.spec.name,
+            "argv": self.argv,
+            "graph": self.spec.graph,
+            "seconds": round(self.seconds, 1),
+            "returncode": self.returncode,
+            "timed_out": self.timed_out,
+            "cases": len(self.parsed.cases),
+            **counts,
+            "e2b_shape_cases": sum(1 for c in self.parsed.cases if self.spec.is_e2b_shape(c.params)),
+            "e2b_not_supported": [c.params for c in e2b_ns],
+            "on_not_supported": self.spec.on_not_supported if e2b_ns else None,
+            "failures": [c.to_json() for c in self.failed_cases()],
+            "not_supported_cases": [c.to_json() for c in self.parsed.cases if c.status == "not_supported"],
+            "backend_verdicts": self.parsed.backends,
+            "unparsed_lines": self.parsed.unparsed[:20],
+            "stderr_tail": self.stderr_tail,
+            "problems": self.problems,
+        }
+
+
+def judge(result: OpResult, backend: str) -> None:
+    """Op-level problems (case-level failures are counted from the parse)."""
+    if result.timed_out:
+        result.problems.append(f"ran out of time after {result.seconds:.0f} s ({len(result.parsed.cases)} cases done): the rest is not proven")
+    if not result.parsed.cases and not result.timed_out:
+        result.problems.append(f"filter -o {result.spec.o!r}" + (f" -p {result.spec.p!r}" if result.spec.p else "") + f" matched no case on {backend}: the op list does not fit this llama.cpp")
+    if result.returncode not in (0, None) and not result.failed_cases() and not result.timed_out:
+        result.problems.append(f"{BINARY} exited {result.returncode} without a failing case")
+
+
+def run_op(binary: Path, backend: str, spec: OpSpec, timeout: float, progress: Callable[[str], None], env: dict[str, str] | None = None, log: Path | None = None) -> OpResult:
+    argv = spec.argv(binary, backend)
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True, env=env)
+    out_lines: list[str] = []
+    err_lines: list[str] = []
+
+    def pump(stream: Any, sink: list[str]) -> None:
+        for line in stream:
+            sink.append(line)
+
+    threads = [threading.Thread(target=pump, args=(proc.stdout, out_lines), daemon=True),
+               threading.Thread(target=pump, args=(proc.stderr, err_lines), daemon=True)]
+    for t in threads:
+        t.start()
+    timed_out = False
+    last = started
+    while proc.poll() is None:
+        time.sleep(0.2)
+        now = time.monotonic()
+        if now - started > timeout:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            break
+        if now - last >= 10:
+            last = now
+            counts = parse.parse("".join(out_lines)).counts()
+            progress(f"    {spec.name}: {counts['ok']} ok, {counts['fail']} fail, {counts['not_supported']} not supported ({now - started:.0f} s)")
+    for t in threads:
+        t.join(timeout=5)
+    seconds = time.monotonic() - started
+    result = OpResult(spec, argv, seconds, None if timed_out else proc.returncode, timed_out, parse.parse("".join(out_lines)), "".join(err_lines)[-2000:])
+    if timed_out and result.parsed.cases and result.parsed.cases[-1].status == "crashed":
+        # the case in progress when the time ran out did not crash: it was stopped
+        last_case = result.parsed.cases.pop()
+        result.parsed.cases.append(parse.Case(last_case.op, last_case.params, "skipped", "stopped at the time limit", last_case.backend))
+    if log is not None:
+        with log.open("a", encoding="utf-8") as handle:
+            handle.write(f"==== {spec.name}: $ {' '.join(argv)}\n==== exit {result.returncode}{' (timed out)' if timed_out else ''}, {seconds:.1f} s\n")
+            handle.write("".join(out_lines))
+            handle.write("==== stderr\n" + "".join(err_lines) + "\n")
+    judge(result, backend)
+    return result
+
+
+_LOG_HEAD = re.compile(r"^==== (?P<name>.+?): \$ (?P<argv>.*)$")
+_LOG_EXIT = re.compile(r"^==== exit (?P<rc>-?\d+|None)(?P<to> \(timed out\))?, (?P<s>[0-9.]+) s$")
+
+
+def from_log(text: str, ops: OpList) -> list[OpResult]:
+    """Re-derive the results from a ``--log`` file (each op's command line, exit, stdout and stderr)."""
+    by_name = {s.name: s for s in ops.ops}
+    results: list[OpResult] = []
+    blocks = re.split(r"(?m)^(?===== .+?: \$ )", text)
+    for block in blocks:
+        lines = block.splitlines(keepends=True)
+        if not lines:
+            continue
+        head = _LOG_HEAD.match(lines[0].rstrip("\n"))
+        if not head:
+            continue
+        spec = by_name.get(head.group("name"))
+        if spec is None:
+            raise PatchSetError(f"log names op {head.group('name')!r}, which is not in {ops.path}", hint="use the op list the run used")
+        exit_line = _LOG_EXIT.match(lines[1].rstrip("\n")) if len(lines) > 1 else None
+        if exit_line is None:
+            raise PatchSetError(f"log block for {spec.name} has no '==== exit' line")
+        body = "".join(lines[2:])
+        stdout, _, stderr = body.partition("==== stderr\n")
+        rc = None if exit_line.group("rc") == "None" else int(exit_line.group("rc"))
+        result = OpResult(spec, head.group("argv").split(" "), float(exit_line.group("s")), rc, bool(exit_line.group("to")),
+                          parse.parse(stdout), stderr[-2000:])
+        judge(result, result.argv[result.argv.index("-b") + 1] if "-b" in result.argv else "?")
+        results.append(result)
+    return results
+
+
+def run(binary: Path, backend: str, ops: OpList, *, timeout: float, selected: tuple[str, ...] = (), progress: Callable[[str], None], log: Path | None = None, budget: float | None = None) -> list[OpResult]:
+    """Every chosen op in list order; with ``budget`` (seconds for the whole run) an op gets at most what is
+    left, and ops that cannot start any more are reported as not run (a failure: nothing about them is proven)."""
+    chosen = [s for s in ops.ops if not selected or s.name in selected or s.o in selected]
+    results = []
+    started = time.monotonic()
+    for i, spec in enumerate(chosen, 1):
+        left = None if budget is None else budget - (time.monotonic() - started)
+        if left is not None and left < 5:
+            result = OpResult(spec, spec.argv(binary, backend), 0.0, None, False, parse.Parsed(), "")
+            result.problems.append(f"not run: the time budget of {budget:.0f} s was used up")
+            progress(f"[{i}/{len(chosen)}] {spec.name}: not run (time budget used up)")
+            results.append(result)
+            continue
+        progress(f"[{i}/{len(chosen)}] {spec.name}: {' '.join(spec.argv(binary, backend)[1:])}")
+        result = run_op(binary, backend, spec, timeout if left is None else min(timeout, left), progress, log=log)
+        counts = result.parsed.counts()
+        progress(f"    -> {len(result.parsed.cases)} cases: {counts['ok']} ok, {counts['fail']} fail, {counts['crashed']} crashed, "
+                 f"{counts['not_supported']} not supported ({len(result.e2b_not_supported())} at E2B shapes) in {result.seconds:.0f} s"
+                 + (f"; {'; '.join(result.problems)}" if result.problems else ""))
+        results.append(result)
+    return results
