@@ -29,7 +29,7 @@ from t4patch.patching.diffwrite import unified_diff
 from t4patch.patching.hunkport import FilePort, Merge, git_merge_file, missing_file, port_file_diff
 from t4patch.patching.manifest import MANIFEST_NAME, SCHEMA_VERSION, Patch, PatchSet, load_patch_set
 from t4patch.patching.manifest_write import render_manifest
-from t4patch.patching.registry import find_patch_set, supported_versions
+from t4patch.patching.registry import find_patch_set, nearest_version, supported_versions
 from t4patch.patching.release import ReleaseFiles, find_wheel
 from t4patch.patching.unified_diff import apply_file_diff
 from t4patch.patching.wheelproof import prove_against_wheel
@@ -150,16 +150,15 @@ class PortReport:
 
 
 def nearest_shipped(distribution: str, version: str) -> str:
-    """The shipped release to port from: the newest one older than ``version``, else the oldest newer one."""
+    """The shipped release to port from (:func:`t4patch.patching.registry.nearest_version`), never ``version``."""
     target = Version(version)
-    versions = sorted(Version(v) for v in supported_versions(distribution) if Version(v) != target)
+    versions = [v for v in supported_versions(distribution) if Version(v) != target]
     if not versions:
         raise UsageError(
             f"expected a shipped patch set of {distribution} to port from, found none",
             hint="t4patch list",
         )
-    older = [v for v in versions if v < target]
-    return str(older[-1] if older else versions[0])
+    return nearest_version(versions, version)
 
 
 def port(

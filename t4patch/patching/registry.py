@@ -83,8 +83,23 @@ def find_patch_set(distribution: str, version: str, root: Path | None = None) ->
             f"t4patch has no patch sets for {distribution!r}; it patches: {', '.join(engines(root)) or 'nothing'}",
             hint="t4patch list",
         )
+    nearest = nearest_version(versions, version)
     raise UnsupportedVersionError(
-        f"{name} {version} is installed; t4patch has patch sets for {name} {', '.join(versions)} only",
-        hint=f"install {name}=={versions[-1]} (pip install --no-deps {name}=={versions[-1]} in that environment), "
-        "or check for a newer t4patch",
+        f"{name} {version} is installed; t4patch has patch sets for {name} {', '.join(versions)} only "
+        f"(nearest: {nearest})",
+        hint=f"install {name}=={nearest} (pip install --no-deps {name}=={nearest} in that environment), or make a "
+        f"draft set for {version} to review: t4patch port {name}=={version} --from {name}=={nearest} "
+        "(docs/maintaining.md)",
     )
+
+
+def nearest_version(versions: list[str], version: str) -> str:
+    """The shipped release nearest ``version``: the newest older one, else the oldest newer one (the one a
+    port from it has the fewest upstream changes to cross, as maintainers port forward)."""
+    try:
+        target = Version(version)
+    except ValueError:
+        return versions[-1]
+    ordered = sorted(versions, key=Version)
+    older = [v for v in ordered if Version(v) < target]
+    return older[-1] if older else ordered[0]

@@ -222,3 +222,12 @@ def test_a_patched_file_that_does_not_compile_is_reported(cli, world):
     assert methods(report) == ["exact", "exact"]
     assert report["compile_errors"] and report["compile_errors"][0].startswith(f"{NAME}/kernel.py:")
     assert report["compiled"] == [f"{NAME}/config.py"] and not report["complete"]
+
+
+def test_a_release_without_a_set_names_the_nearest_and_the_port_command(cli, world):
+    site = make_dist(world / "site", NAME, "1.5", {f"{NAME}/__init__.py": "", f"{NAME}/kernel.py": KERNEL,
+                                                  f"{NAME}/config.py": CONFIG})
+    result = cli("apply", NAME, "--site-packages", str(site))
+    assert result.code == 5
+    assert "has patch sets for portengine 1.0 only (nearest: 1.0)" in result.err
+    assert f"t4patch port {NAME}==1.5 --from {NAME}==1.0" in result.err
