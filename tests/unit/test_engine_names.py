@@ -24,10 +24,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "t4patch"
 EXEMPT = ("engines/", "research/")
 # Engine code that still sits in a generic package, with why; each entry must still name an engine (a fixed
 # module has to leave this list) and is reported, not hidden.
-PENDING = {
-    "verify/marlin/turing.py": "the vllm-sm75 Marlin provider, in progress by another engineer; belongs in "
-    "t4patch/engines/vllm/ (the engine table already registers it from there)",
-}
+PENDING: dict[str, str] = {}
 ENGINE_NAMES = re.compile("|".join(re.escape(e.name) for e in engines.ENGINES), re.IGNORECASE)
 _TEXT_TOKENS = {tokenize.NAME, tokenize.STRING, *(getattr(tokenize, n) for n in ("FSTRING_MIDDLE",) if hasattr(tokenize, n))}
 

@@ -17,7 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from t4patch.errors import PatchSetError  # noqa: E402
-from t4patch.verify.marlin import checks, config, layout, providers, quant, report, runner, shapes, turing  # noqa: E402
+from t4patch.engines.vllm import marlin_sm75_provider as turing  # noqa: E402
+from t4patch.verify.marlin import checks, config, layout, providers, quant, report, runner, shapes  # noqa: E402
 
 TABLE_DOC = {
     "schema": 1,
@@ -175,8 +176,18 @@ def test_bad_config_is_refused(tmp_path):
         turing.load_config(path)
 
 
-def test_fp16_accumulating_run_passes_with_awq_control_and_comparison():
-    payload, failures = run(sm75_provider(fp16_accumulation=True))
+@pytest.fixture(scope="module")
+def fp16_run():
+    return run(sm75_provider(fp16_accumulation=True))
+
+
+@pytest.fixture(scope="module")
+def fp32_run():
+    return run(sm75_provider(fp16_accumulation=False))
+
+
+def test_fp16_accumulating_run_passes_with_awq_control_and_comparison(fp16_run):
+    payload, failures = fp16_run
     assert failures == [], failures
     assert payload["verdict"] == "pass"
     guard = payload["turing_path_guard"]
@@ -193,8 +204,8 @@ def test_fp16_accumulating_run_passes_with_awq_control_and_comparison():
     assert "Turing-path guard" in text and "AWQ g128" in text and "PTX JIT" in text
 
 
-def test_fp32_accumulating_run_fails_the_turing_path_guard():
-    payload, failures = run(sm75_provider(fp16_accumulation=False))
+def test_fp32_accumulating_run_fails_the_turing_path_guard(fp32_run):
+    payload, failures = fp32_run
     assert payload["verdict"] == "fail"
     assert not payload["turing_path_guard"]["turing_path"]
     messages = [m for kind, m in failures if kind == "accuracy"]

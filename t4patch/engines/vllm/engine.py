@@ -32,7 +32,7 @@ def _ops_provider(
 def _sm75_provider(
     target: TargetEnvironment, options: Mapping[str, str | None], capability: tuple[int, int]
 ) -> MarlinProvider:
-    from t4patch.verify.marlin.turing import sm75_provider
+    from t4patch.engines.vllm.marlin_sm75_provider import sm75_provider
 
     return sm75_provider(target, options.get(LIBRARY_OPTION.dest), capability=capability)
 

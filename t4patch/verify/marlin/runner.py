@@ -151,7 +151,7 @@ def execute(
         results.append(checks.check_shape(provider, shape, settings, failures))
         if settings.device == "cuda":
             torch.cuda.empty_cache()
-    # provider-specific checks and scope (vllm-sm75: AWQ, the Turing-path guard; t4patch.verify.marlin.turing)
+    # provider-specific checks and scope (vllm-sm75: AWQ, the Turing-path guard; t4patch.engines.vllm.marlin_sm75_provider)
     extra = provider.raw["extra_checks"](results, table, settings, failures) if "extra_checks" in provider.raw else {}
     scope_of = provider.raw.get("scope") or (lambda cap, gpu_name: report.scope(cap, gpu_name, provider.name))
     proves, does_not = scope_of(capability, gpu["name"])

@@ -1,4 +1,4 @@
-"""Provider ``vllm-sm75``: vLLM 0.33.0's Marlin as compute_75 PTX, run on any NVIDIA GPU with T4 host values.
+"""Provider ``vllm-sm75`` (registered in t4patch.engines.vllm.engine): vLLM 0.33.0's Marlin as compute_75 PTX, run on any NVIDIA GPU with T4 host values.
 
 Evidence class: "sm_75 code executed on sm_XX through PTX JIT, T4 host parameters emulated". The library
 comes from :mod:`t4patch.engines.vllm.marlin_sm75` (built once from the vLLM sdist, cached by source hash).
