@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     from t4patch.errors import NoGpuError, UsageError
     from t4patch.output import table
-    from t4patch.verify.llamacpp import report, runner
+    from t4patch.verify.llamacpp import runner
 
     ops = runner.load_ops()
     if args.from_log:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from t4patch.engines.vllm import marlin_sm75 as m
-from t4patch.errors import BuildError, ForeignFileError, MissingDependencyError, PatchSetError, VerificationError
+from t4patch.errors import BuildError, DataFileError, ForeignFileError, MissingDependencyError, VerificationError
 
 MARLIN = "csrc/quantization/marlin/marlin.cu"
 GEN = "csrc/quantization/marlin/generate_kernels.py"
@@ -183,21 +183,21 @@ def test_source_hash_follows_every_input(synthetic, tmp_path):
     ("change", "message"),
     [
         ({"gencode": "arch=compute_75,code=sm_75"}, "PTX only"),
-        ({"extra": "surprise = 1"}, "unknown keys"),
+        ({"extra": "surprise = 1"}, "unknown key 'surprise'"),
         ({"files": {GEN: GEN_TEXT, BINDINGS: BINDINGS_TEXT}}, "must change exactly one file listed"),
     ],
 )
 def test_bad_recipes_are_refused(synthetic, change, message):
     recipe, sdist = synthetic
     text = recipe_text(sha(sdist.read_bytes()), **change)
-    with pytest.raises(PatchSetError, match=message):
+    with pytest.raises(DataFileError, match=message):
         m.parse_recipe(text.encode(), recipe.path)
 
 
 def test_unpinned_source_is_refused(synthetic):
     recipe, sdist = synthetic
     text = recipe_text(sha(sdist.read_bytes())).replace('"csrc/quantization/marlin/sm75_kernel_x.cu"]', '"csrc/other.cu"]')
-    with pytest.raises(PatchSetError, match="neither pinned nor a generator output"):
+    with pytest.raises(DataFileError, match="neither pinned nor a generator output"):
         m.parse_recipe(text.encode(), recipe.path)
 
 

@@ -16,8 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from t4patch.errors import PatchSetError  # noqa: E402
 from t4patch.engines.vllm import marlin_sm75_provider as turing  # noqa: E402
+from t4patch.errors import DataFileError  # noqa: E402
 from t4patch.verify.marlin import checks, config, layout, providers, quant, report, runner, shapes  # noqa: E402
 
 TABLE_DOC = {
@@ -172,7 +172,14 @@ def test_shipped_config_is_valid_and_has_the_issue_figures():
 def test_bad_config_is_refused(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('schema = 1\nevidence_class = "no placeholder"\n')
-    with pytest.raises(PatchSetError):
+    with pytest.raises(DataFileError, match="missing required key"):
+        turing.load_config(path)
+    good = (Path(turing.data_dir("verify")) / "marlin-sm75-emulation.toml").read_text()
+    path.write_text(good.replace("min_k = 1536", "min_k = 1536\nmin_kk = 1"))
+    with pytest.raises(DataFileError, match="unknown key 'min_kk'"):
+        turing.load_config(path)
+    path.write_text(good.replace('evidence_class = "sm_75 code executed on {sm}', 'evidence_class = "sm_75 code executed on'))
+    with pytest.raises(DataFileError, match="evidence_class"):
         turing.load_config(path)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from t4patch import cli
-from t4patch.errors import PatchSetError
+from t4patch.errors import DataFileError
 from t4patch.verify.llamacpp import parse, report, runner
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -40,9 +40,9 @@ def test_shipped_op_list_loads_with_the_gemma4_ops():
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('schema = 1\n[[op]]\nname = "a"\no = "ADD"\ngraph = "g"\non_not_supported = "x"\nsurprise = 1\n', "unknown keys"),
-        ('schema = 1\n[[op]]\nname = "a"\no = "ADD"\ngraph = "g"\non_not_supported = "x"\np = "(("\n', "not a regex"),
-        ('schema = 1\n[[op]]\nname = "a"\no = "ADD"\ngraph = "g"\non_not_supported = "x"\n'
+        ('schema = 1\nname = "n"\nmodel = "m"\nllama_cpp = "c"\n[[op]]\nname = "a"\no = "ADD"\ngraph = "g"\non_not_supported = "x"\nsurprise = 1\n', "unknown key 'surprise'"),
+        ('schema = 1\nname = "n"\nmodel = "m"\nllama_cpp = "c"\n[[op]]\nname = "a"\no = "ADD"\ngraph = "g"\non_not_supported = "x"\np = "(("\n', "not a regex"),
+        ('schema = 1\nname = "n"\nmodel = "m"\nllama_cpp = "c"\n[[op]]\nname = "a"\no = "ADD"\ngraph = "g"\non_not_supported = "x"\n'
          '[[op]]\nname = "a"\no = "MUL"\ngraph = "g"\non_not_supported = "x"\n', "listed twice"),
         ('schema = 2\n[[op]]\nname = "a"\n', "schema = 1"),
     ],
@@ -50,7 +50,7 @@ def test_shipped_op_list_loads_with_the_gemma4_ops():
 def test_bad_op_lists_are_refused(tmp_path, text, message):
     path = tmp_path / "ops.toml"
     path.write_text(text)
-    with pytest.raises(PatchSetError, match=message):
+    with pytest.raises(DataFileError, match=message):
         runner.load_ops(path)
 
 

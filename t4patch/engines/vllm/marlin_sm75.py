@@ -42,12 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from t4patch.data.locations import data_dir
+from t4patch.data.reader import DataKind, ListOf, Number, Str, Table, check, optional
 from t4patch.data.tomlcompat import tomllib
 from t4patch.errors import (
     BuildError,
+    DataFileError,
     ForeignFileError,
     MissingDependencyError,
-    PatchSetError,
     ToolMissingError,
     VerificationError,
 )
@@ -120,8 +121,33 @@ class Recipe:
     library: str
 
 
-def _fail(path: Path, message: str) -> PatchSetError:
-    return PatchSetError(f"invalid build recipe {path}: {message}", hint="reinstall t4patch; this file is shipped data")
+EXT_RECIPE = DataKind(
+    label="extension build recipe",
+    error=DataFileError,
+    hint="this shipped data file is broken; reinstall t4patch (pip install --force-reinstall t4patch)",
+)
+# The file's shape, stated once (unknown keys, wrong types and missing keys are refused by the strict reader);
+# the semantic checks follow in parse_recipe.
+RECIPE_SCHEMA = Table({
+    "schema": Number(),
+    "name": Str(),
+    "source": Table({
+        "distribution": Str(), "version": Str(), "sdist": Str(), "sdist_sha256": Str(), "root": Str(),
+        "license": optional(Str()), "files": ListOf(ListOf(Str()), nonempty=True),
+    }),
+    "change": Table({"diff": Str(), "patched_sha256": Str()}),
+    "emulate": Table({"capability": ListOf(Number()), "max_shared_memory_per_block_optin": Number(),
+                      "multiprocessors": Number(), "source": Str()}),
+    "generate": Table({"script": Str(), "args": ListOf(Str()), "outputs": ListOf(Str(), nonempty=True)}),
+    "compile": Table({
+        "gencode": Str(), "sources": ListOf(Str(), nonempty=True), "flags": ListOf(Str()),
+        "include_dirs": ListOf(Str()), "namespace": Str(), "ops": ListOf(Str(), nonempty=True), "library": Str(),
+    }),
+})
+
+
+def _fail(path: Path, message: str) -> DataFileError:
+    return EXT_RECIPE.fail(path, message)  # type: ignore[return-value]
 
 
 def _strings(table: dict[str, Any], key: str, path: Path, where: str) -> tuple[str, ...]:
@@ -148,16 +174,12 @@ def _relative(value: str, path: Path, what: str) -> str:
 
 
 def parse_recipe(data: bytes, path: Path) -> Recipe:
-    """Validate the recipe strictly; every problem is a PatchSetError naming the key."""
+    """Validate the recipe strictly; every problem is a DataFileError naming the key."""
     try:
         doc = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise _fail(path, str(exc)) from exc
-    known = {"schema", "name", "source", "change", "emulate", "generate", "compile"}
-    if doc.get("schema") != 1:
-        raise _fail(path, f"expected schema = 1, found {doc.get('schema')!r}")
-    if set(doc) - known:
-        raise _fail(path, f"unknown keys {sorted(set(doc) - known)}")
+    check(doc, RECIPE_SCHEMA, EXT_RECIPE, path, version=1)
     if doc.get("name") != RECIPE_NAME:
         raise _fail(path, f"expected name = {RECIPE_NAME!r}, found {doc.get('name')!r}")
     for section in ("source", "change", "emulate", "generate", "compile"):
@@ -262,7 +284,7 @@ def load_recipe(path: Path | None = None) -> Recipe:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise PatchSetError(f"build recipe {path} is missing ({exc})", hint="reinstall t4patch") from exc
+        raise _fail(path, f"expected the recipe file, found none ({exc})") from exc
     return parse_recipe(data, path)
 
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from t4patch.data.locations import data_dir
-from t4patch.data.tomlcompat import tomllib
-from t4patch.errors import PatchSetError
+from t4patch.data.reader import DataKind, ListOf, Number, Str, Table, read
+from t4patch.errors import DataFileError
 from t4patch.verify.marlin import layout, metrics, quant
 from t4patch.verify.marlin.scalar_type import UINT4B8, uint
 
@@ -65,10 +65,26 @@ class EmulationConfig:
         return self.evidence_class.format(sm=f"sm_{capability[0]}{capability[1]}")
 
 
+EMULATION_DATA = DataKind(
+    label="verification data",
+    error=DataFileError,
+    hint="this shipped data file is broken; reinstall t4patch (pip install --force-reinstall t4patch)",
+)
+EMULATION_SCHEMA = Table({
+    "schema": Number(),
+    "evidence_class": Str(),
+    "turing_path_guard": Table({"min_k": Number(), "fp32_path_at_or_below": Number(), "source": Str()}),
+    "awq": Table({"group_size": Number(), "weight_std": Number()}),
+    "control": Table({"group_size": Number(), "m": ListOf(Number(), nonempty=True)}),
+    "comparison": Table({"seed_t4_low": Number(), "seed_t4_high": Number(), "seed_source": Str(),
+                         "sm90_fp32_accumulation": Number(), "sm90_source": Str()}),
+})
+
+
 def load_config(path: Any = None) -> EmulationConfig:
     path = path or data_dir("verify") / "marlin-sm75-emulation.toml"
+    doc = read(path, EMULATION_SCHEMA, EMULATION_DATA, version=1)
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
         guard, awq, control, comp = doc["turing_path_guard"], doc["awq"], doc["control"], doc["comparison"]
         config = EmulationConfig(
             evidence_class=str(doc["evidence_class"]),
@@ -85,12 +101,12 @@ def load_config(path: Any = None) -> EmulationConfig:
             sm90_figure=float(comp["sm90_fp32_accumulation"]),
             sm90_source=str(comp["sm90_source"]),
         )
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise PatchSetError(f"invalid verification data {path}: {type(exc).__name__}: {exc}", hint="reinstall t4patch") from exc
-    if doc.get("schema") != 1 or "{sm}" not in config.evidence_class:
-        raise PatchSetError(f"invalid verification data {path}: expected schema 1 and an evidence_class with {{sm}}")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise EMULATION_DATA.fail(path, f"{type(exc).__name__}: {exc}") from exc
+    if "{sm}" not in config.evidence_class:
+        raise EMULATION_DATA.fail(path, "evidence_class: expected a text with {sm} (the GPU it ran on)")
     if not (0 < config.seed_low < config.seed_high) or config.guard_fp32_level <= 0 or config.guard_min_k <= 0:
-        raise PatchSetError(f"invalid verification data {path}: the comparison range and the guard must be positive")
+        raise EMULATION_DATA.fail(path, "the comparison range and the guard must be positive")
     return config
 
 
@@ -357,7 +373,7 @@ def check_awq_shape(ops: Any, workspace_fn: Any, config: EmulationConfig, shape:
         a = torch.randn(m, k, generator=quant.cpu_generator(settings.seed, f"{shape.name}:awq:a:{m}")).to(torch.float16).to(device)
         ref16, ref32 = a @ w16, a.float() @ w16.float()
 
-        def gemm(c: Any = None, atomic: bool = False) -> torch.Tensor:
+        def gemm(c: Any = None, atomic: bool = False, a: Any = a, m: int = m) -> torch.Tensor:
             return ops.marlin_gemm(a, c, marlin_q, None, s_marlin, None, None, z_marlin, workspace, UINT4.id, m, n, k, atomic, True, False)
 
         try:

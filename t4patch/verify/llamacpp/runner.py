@@ -23,13 +23,27 @@ from pathlib import Path
 from typing import Any
 
 from t4patch.data.locations import data_dir
-from t4patch.data.tomlcompat import tomllib
-from t4patch.errors import MissingDependencyError, PatchSetError
+from t4patch.data.reader import DataKind, ListOf, Number, Str, Table, optional, read
+from t4patch.errors import DataFileError, MissingDependencyError
 from t4patch.verify.llamacpp import parse
 
 BINARY = "test-backend-ops"
 OPS_FILE = "llama-cpp-gemma4-e2b.toml"
-_KEYS = {"name", "o", "p", "graph", "on_not_supported", "e2b_shape"}
+OP_LIST = DataKind(
+    label="llama.cpp op list",
+    error=DataFileError,
+    hint="this shipped data file is broken; reinstall t4patch (pip install --force-reinstall t4patch)",
+)
+OP_LIST_SCHEMA = Table({
+    "schema": Number(),
+    "name": Str(),
+    "model": Str(),
+    "llama_cpp": Str(),
+    "op": ListOf(Table({
+        "name": Str(), "o": Str(), "p": optional(Str()), "graph": Str(), "on_not_supported": Str(),
+        "e2b_shape": optional(ListOf(Str())),
+    }), nonempty=True),
+})
 
 
 @dataclass(frozen=True)
@@ -59,45 +73,21 @@ class OpList:
 
 def load_ops(path: Path | None = None) -> OpList:
     path = path or data_dir("verify") / OPS_FILE
-
-    def bad(message: str) -> PatchSetError:
-        return PatchSetError(f"invalid op list {path}: {message}", hint="reinstall t4patch; this file is shipped data")
-
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise bad(str(exc)) from exc
-    if doc.get("schema") != 1 or not isinstance(doc.get("op"), list) or not doc["op"]:
-        raise bad("expected schema = 1 and [[op]] tables")
-    unknown_top = set(doc) - {"schema", "name", "model", "llama_cpp", "op"}
-    if unknown_top:
-        raise bad(f"unknown keys {sorted(unknown_top)}")
+    doc = read(path, OP_LIST_SCHEMA, OP_LIST, version=1)
     ops, names = [], set()
-    for i, entry in enumerate(doc["op"]):
+    for i, entry in enumerate(doc["op"], start=1):
         where = f"op[{i}]"
-        if not isinstance(entry, dict):
-            raise bad(f"{where} is not a table")
-        if set(entry) - _KEYS:
-            raise bad(f"{where}: unknown keys {sorted(set(entry) - _KEYS)} (allowed: {sorted(_KEYS)})")
-        for key in ("name", "o", "graph", "on_not_supported"):
-            if not isinstance(entry.get(key), str) or not entry[key].strip():
-                raise bad(f"{where}.{key} must be a non-empty string")
-        p = entry.get("p")
-        shapes = entry.get("e2b_shape", [])
-        if p is not None and not isinstance(p, str):
-            raise bad(f"{where}.p must be a string")
-        if not isinstance(shapes, list) or not all(isinstance(x, str) for x in shapes):
-            raise bad(f"{where}.e2b_shape must be a list of regexes")
-        for rx in ([p] if p else []) + shapes:
+        for rx in ([entry["p"]] if entry.get("p") else []) + list(entry.get("e2b_shape", [])):
             try:
                 re.compile(rx)
             except re.error as exc:
-                raise bad(f"{where}: {rx!r} is not a regex ({exc})") from exc
+                raise OP_LIST.fail(path, f"{where}: {rx!r} is not a regex ({exc})") from exc
         if entry["name"] in names:
-            raise bad(f"{where}: name {entry['name']!r} is listed twice")
+            raise OP_LIST.fail(path, f"{where}.name: {entry['name']!r} is listed twice")
         names.add(entry["name"])
-        ops.append(OpSpec(entry["name"], entry["o"], p, entry["graph"], entry["on_not_supported"], tuple(shapes)))
-    return OpList(path, str(doc.get("name", "")), str(doc.get("model", "")), str(doc.get("llama_cpp", "")), tuple(ops))
+        ops.append(OpSpec(entry["name"], entry["o"], entry.get("p"), entry["graph"], entry["on_not_supported"],
+                          tuple(entry.get("e2b_shape", []))))
+    return OpList(path, doc["name"], doc["model"], doc["llama_cpp"], tuple(ops))
 
 
 def find_binary(build: Path) -> Path:
@@ -247,10 +237,10 @@ def from_log(text: str, ops: OpList) -> list[OpResult]:
             continue
         spec = by_name.get(head.group("name"))
         if spec is None:
-            raise PatchSetError(f"log names op {head.group('name')!r}, which is not in {ops.path}", hint="use the op list the run used")
+            raise OP_LIST.fail(ops.path, f"the log names op {head.group('name')!r}, which this op list does not have (use the op list the run used)")
         exit_line = _LOG_EXIT.match(lines[1].rstrip("\n")) if len(lines) > 1 else None
         if exit_line is None:
-            raise PatchSetError(f"log block for {spec.name} has no '==== exit' line")
+            raise OP_LIST.fail(ops.path, f"the log block for {spec.name} has no '==== exit' line (not a --log file of this command)")
         body = "".join(lines[2:])
         stdout, _, stderr = body.partition("==== stderr\n")
         rc = None if exit_line.group("rc") == "None" else int(exit_line.group("rc"))
