@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from t4patch.environment.target import TargetEnvironment
 from t4patch.errors import T4PatchError
+from t4patch.patching.local_version import release_of
 from t4patch.patching.manifest import Companion, PatchSet
 from t4patch.patching.registry import all_patch_sets, find_patch_set, supported_versions
 
@@ -56,7 +57,7 @@ def companion_problems(patch_set: PatchSet, target: TargetEnvironment) -> list[s
         dist = target.find(needed.distribution)
         if dist is None:
             found = f"it is not installed in {target.description}"
-        elif dist.version != needed.version:
+        elif release_of(dist.version) != needed.version:  # a `t4patch wheel` install is its release
             found = f"{needed.distribution} {dist.version} is installed"
         elif needed.library and not (dist.root / needed.library).is_file():
             found = f"{dist.root / needed.library} is missing"

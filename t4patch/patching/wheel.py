@@ -119,8 +119,8 @@ def download_release(name: str, version: str, dest: Path) -> Path:
     wheels = sorted(dest.glob("*.whl"))
     if proc.returncode != 0 or len(wheels) != 1:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        raise UsageError(
-            f"pip download of {name}=={version} failed (exit {proc.returncode}: {last})",
+        raise T4PatchError(
+            f"pip download of {name}=={version} failed (exit {proc.returncode}: {last}); nothing was written",
             hint=f"download it yourself (pip download --no-deps --only-binary=:all: -d DIR {name}=={version}, "
                  "for the Python the image runs) and pass it with --from-wheel DIR/<file>.whl",
         )

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from t4patch.environment.target import parse_record
-from t4patch.errors import UnsupportedVersionError, UsageError
+from t4patch.errors import T4PatchError, UnsupportedVersionError, UsageError
 from t4patch.patching.local_version import built_by_t4patch, release_of
 from t4patch.patching.registry import find_patch_set
 from t4patch.patching.wheel import build_patched_wheel, exact_release
@@ -409,3 +409,63 @@ def test_a_release_pin_is_satisfied_by_the_local_label(release: Path, tmp_path: 
                            str(target), f"{NAME}=={VERSION}"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _installed_version(target) == result.version
+
+
+@pytest.mark.parametrize("installed, ok", [("1.2.0", True), ("1.2.0+t4patch.5", True), ("1.2.0+cu121", False)])
+def test_a_wheel_installed_companion_is_its_release(tmp_path: Path, installed: str, ok: bool) -> None:
+    """A companion installed from a `t4patch wheel` wheel (SGLang's vLLM in the example image) satisfies the
+    [[requires]] pin of the set that needs it; another local build does not."""
+    from t4patch.engines.requirements import companion_problems
+    from t4patch.environment.target import resolve_target
+    from t4patch.patching.manifest import load_patch_set
+    from tests.helpers import make_dist
+
+    directory = make_patch_set(tmp_path / "patches", name="fakeapp", version="1.0.0",
+                               changes=[("fakeapp/kernel.py", KERNEL, KERNEL_PATCHED)])
+    manifest = directory / "manifest.toml"
+    manifest.write_text(manifest.read_text() + '\n[[requires]]\ndistribution = "fakeengine"\nversion = "1.2.0"\n'
+                        'why = "the patched code calls it"\n')
+    site = make_dist(tmp_path / "site", version=installed)
+    problems = companion_problems(load_patch_set(directory), resolve_target(site_packages=str(site)))
+    assert (problems == []) is ok, problems
+
+
+def test_verify_attention_takes_a_wheel_install_as_its_release(tmp_path: Path) -> None:
+    from t4patch.environment.target import resolve_target
+    from t4patch.verify.attention.cases import load_cases
+    from t4patch.verify.attention.runner import select_engines
+    from tests.helpers import make_dist
+
+    site = make_dist(tmp_path / "site", name="vllm", version="0.33.0+t4patch.5", files={"vllm/__init__.py": ""})
+    (found,) = select_engines(["vllm"], load_cases(), resolve_target(site_packages=str(site)))
+    assert found.dist.version == "0.33.0+t4patch.5" and found.cases.triton_series == "3.8"
+
+
+def test_without_from_wheel_the_release_is_downloaded_with_pip(release: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip download --no-deps --only-binary=:all: into a scratch directory (pip stood in for: no index here)."""
+    import t4patch.patching.wheel as wheel_module
+
+    calls: list[list[str]] = []
+
+    def fake_run(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        dest = Path(argv[argv.index("-d") + 1])
+        shutil.copy(release, dest / release.name)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(wheel_module.subprocess, "run", fake_run)
+    result = build_patched_wheel(f"{NAME}=={VERSION}", out_dir=tmp_path / "out")
+    (argv,) = calls
+    assert argv[1:5] == ["-m", "pip", "download", "--no-deps"] and "--only-binary=:all:" in argv
+    assert argv[-1] == f"{NAME}=={VERSION}"
+    assert result.source == Path(release.name) and result.source_sha256 == sha(release.read_bytes())
+    assert not Path(argv[argv.index("-d") + 1]).exists()  # the scratch download is gone
+
+    def failing_run(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 1, "", "ERROR: No matching distribution found for x\n")
+
+    monkeypatch.setattr(wheel_module.subprocess, "run", failing_run)
+    with pytest.raises(T4PatchError, match="pip download of fakeengine==1.2.0 failed .*No matching distribution"):
+        build_patched_wheel(f"{NAME}=={VERSION}", out_dir=tmp_path / "out2")
+    assert not (tmp_path / "out2").exists()

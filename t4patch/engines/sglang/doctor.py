@@ -23,6 +23,7 @@ from t4patch.engines.base import DoctorSection
 from t4patch.engines.requirements import companion
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment
 from t4patch.errors import T4PatchError
+from t4patch.patching.local_version import release_of
 from t4patch.patching.manifest import Companion
 
 COMPANION = "vllm"  # the engine whose compiled Marlin the patched SGLang calls below cc 8.0
@@ -117,7 +118,7 @@ def check(target: TargetEnvironment) -> SglangReadiness | None:
             f"vLLM is not installed beside SGLang: below cc 8.0 patched SGLang runs Marlin through vLLM's "
             f"kernels; install it after SGLang: pip install --no-deps vllm=={wanted}"
         )
-    elif vllm.version != wanted:
+    elif release_of(vllm.version) != wanted:  # a `t4patch wheel` install is its release
         warnings.append(
             f"vLLM {vllm.version} is installed; the SGLang patch set calls vLLM {wanted}'s Marlin API: "
             f"pip install --no-deps vllm=={wanted}"

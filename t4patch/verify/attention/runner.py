@@ -40,6 +40,7 @@ from t4patch.errors import (
     UsageError,
     VerificationError,
 )
+from t4patch.patching.local_version import release_of
 from t4patch.verify.attention.cases import Arch, CaseTable, EngineCases, load_cases
 from t4patch.verify.attention.report import AttentionReport, EngineResult, case_results
 
@@ -93,7 +94,8 @@ def select_engines(names: list[str], table: CaseTable, target: TargetEnvironment
                     "or --site-packages DIR",
                 )
             continue
-        if dist.version not in engine.versions:
+        release = release_of(dist.version)  # an install of a `t4patch wheel` wheel is its release
+        if release not in engine.versions:
             if not required:
                 continue
             raise UnsupportedVersionError(
@@ -102,7 +104,7 @@ def select_engines(names: list[str], table: CaseTable, target: TargetEnvironment
                 hint=f"{target.pip_install()} {engine.distribution}=={engine.versions[-1]} (the whole release, with "
                 "its own dependencies), or a newer t4patch",
             )
-        found.append(EngineTarget(engine.for_version(dist.version), dist))  # that release's Triton series
+        found.append(EngineTarget(engine.for_version(release), dist))  # that release's Triton series
     if not found:
         supported = ", ".join(f"{e.distribution} {'/'.join(e.versions)}" for e in table.engines)
         raise NotInstalledError(
