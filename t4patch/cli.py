@@ -53,7 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()  # help texts quote shipped patch sets, so a broken tree is found here already
+    except T4PatchError as exc:
+        print(f"t4patch: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

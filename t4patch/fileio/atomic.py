@@ -14,6 +14,7 @@ patch set before renaming any of it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -30,22 +31,23 @@ def temp_path(path: Path, token: str | None = None, suffix: str = TEMP_SUFFIX) -
     return path.with_name(f".{path.name}.{token or secrets.token_hex(8)}{suffix}")
 
 
-def _apply_ownership(fd: int, like: os.stat_result | None) -> None:
-    """Give the file behind ``fd`` the mode, owner and group of ``like`` (the file it will replace)."""
-    if like is None:
-        return  # a new file: the mode os.open gave it (0o666 minus the umask) is what any writer would get
-    os.fchmod(fd, stat.S_IMODE(like.st_mode))
+def _apply_ownership(fd: int, like: os.stat_result | None, directory: Path) -> None:
+    """Give the file behind ``fd`` the mode, owner and group of ``like`` (the file it will replace); a new file
+    keeps the mode os.open gave it (0o666 minus the umask) and gets the owner and group of its directory, so
+    root writing into another user's tree leaves nothing that user cannot change."""
+    if like is not None:
+        os.fchmod(fd, stat.S_IMODE(like.st_mode))
+    owner = like if like is not None else os.stat(directory)
     current = os.fstat(fd)
-    if (current.st_uid, current.st_gid) != (like.st_uid, like.st_gid):
-        try:
-            os.fchown(fd, like.st_uid, like.st_gid)
-        except PermissionError:
-            # Only root may give a file away; an unprivileged writer of a file it could replace keeps its own
-            # uid but still tries its group (a group it belongs to).
-            try:
-                os.fchown(fd, -1, like.st_gid)
-            except PermissionError:
-                pass
+    if (current.st_uid, current.st_gid) == (owner.st_uid, owner.st_gid):
+        return
+    try:
+        os.fchown(fd, owner.st_uid, owner.st_gid)
+    except PermissionError:
+        # Only root may give a file away; an unprivileged writer keeps its own uid but still tries the group
+        # (one it belongs to).
+        with contextlib.suppress(PermissionError):
+            os.fchown(fd, -1, owner.st_gid)
 
 
 def existing_stat(path: Path) -> os.stat_result | None:
@@ -70,7 +72,7 @@ def create_temp(path: Path, data: bytes, *, like: os.stat_result | None, token: 
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
-            _apply_ownership(fd, like)
+            _apply_ownership(fd, like, path.parent)
             os.fsync(fd)
         finally:
             os.close(fd)

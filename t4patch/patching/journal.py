@@ -323,11 +323,13 @@ class Recovery:
 
     @property
     def line(self) -> str:
-        what = "finished it" if self.direction == "finished" else "put every file back as it was before it"
-        return (
-            f"found an interrupted {self.description} ({self.journal}); {what}: {self.files} file(s) "
-            f"{'now in their new state' if self.direction == 'finished' else 'restored'}"
-        )
+        if self.direction == "finished":
+            what = f"finished it: {self.files} more file(s) replaced, every file of the set now has its new bytes"
+        elif self.files:
+            what = f"undid it: {self.files} file(s) restored, every file of the set has its previous bytes again"
+        else:
+            what = "it had not replaced any file yet; its staged files were removed, nothing else changed"
+        return f"found an interrupted {self.description} ({self.journal}); {what}"
 
 
 def recover(path: Path) -> Recovery:

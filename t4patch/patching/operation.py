@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from t4patch.environment.target import TargetEnvironment, resolve_target
-from t4patch.errors import UsageError
+from t4patch.errors import TargetEnvironmentError, UsageError
 from t4patch.patching import journal as jr
 from t4patch.patching.execute import commit, locked
 from t4patch.patching.journal import Recovery
+from t4patch.patching.options import kept_line, kept_options, plan_label
 from t4patch.patching.plan import Operation, Plan, make_plan
-from t4patch.patching.selection import Selection, select
+from t4patch.patching.selection import Selection, request_options, select
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,14 @@ class OperationResult:
     dry_run: bool
     plans: tuple[Plan, ...]
     written: tuple[Path, ...]  # files replaced (empty for a dry run or when everything was already done)
+    options: tuple[str, ...] = ()  # the optional diffs asked for (--with NAME)
 
     def describe(self, plan: Plan) -> dict[str, Any]:
         """One engine's result as the ``--json`` document's ``results`` entry."""
         return {
             "patch_set": plan.patch_set.spec,
+            "options": list(plan.patch_set.options_on),  # on after an apply / taken back by a revert
+            "options_kept": list(kept_options(plan, self.options)),  # found applied by an apply, left so
             "operation": plan.operation,
             "site_packages": str(plan.distribution.root),
             "already_done": plan.is_noop,
@@ -56,7 +60,7 @@ class OperationResult:
         """The human report: one line per engine (plus the diff for a dry run)."""
         out = []
         for plan in self.plans:
-            spec = plan.patch_set.spec
+            spec = plan_label(plan)
             if plan.is_noop:
                 out.append(f"{spec}: already {'applied' if self.operation == 'apply' else 'pristine'}, nothing to do")
             elif self.dry_run:
@@ -67,6 +71,9 @@ class OperationResult:
             else:
                 verb = "applied" if self.operation == "apply" else "reverted"
                 out.append(f"{spec}: {verb}, {len(plan.changes)} file(s) written in {plan.distribution.root}")
+            kept = kept_line(plan, self.options)
+            if kept:
+                out.append(kept)
         return out
 
 
@@ -74,34 +81,41 @@ def diff_text(plan: Plan) -> str:
     return "".join(c.unified_diff(plan.operation) for c in plan.changes)
 
 
-def select_all(specs: Sequence[str], target: TargetEnvironment) -> list[Selection]:
-    """Resolve every spec in ``target``; an engine named twice is a usage error."""
+def select_all(specs: Sequence[str], target: TargetEnvironment, options: Sequence[str] = ()) -> list[Selection]:
+    """Resolve every spec in ``target`` with the optional diffs asked for; an engine named twice, or an
+    option no selected set has, is a usage error."""
     selections = [select(spec, target) for spec in specs]
     names = [s.distribution.name for s in selections]
     if len(set(names)) != len(names):
         raise UsageError(f"an engine is named twice: {', '.join(specs)}")
-    return selections
+    return request_options(selections, options)
 
 
-def preview(specs: Sequence[str], target: TargetEnvironment, operation: Operation) -> OperationResult:
+def preview(specs: Sequence[str], target: TargetEnvironment, operation: Operation,
+            options: Sequence[str] = ()) -> OperationResult:
     """Plan ``operation`` without the lock and without writing (``--dry-run``)."""
-    plans = tuple(make_plan(s.patch_set, s.distribution, operation) for s in select_all(specs, target))
-    return OperationResult(operation, True, plans, ())
+    plans = tuple(make_plan(s.planned_set(operation), s.distribution, operation)
+                  for s in select_all(specs, target, options))
+    return OperationResult(operation, True, plans, (), tuple(options))
 
 
-def perform(specs: Sequence[str], target: TargetEnvironment, operation: Operation) -> OperationResult:
+def perform(specs: Sequence[str], target: TargetEnvironment, operation: Operation,
+            options: Sequence[str] = ()) -> OperationResult:
     """Lock the site-packages of every selected engine, plan each under the lock, then write all or nothing."""
-    selections = select_all(specs, target)
+    selections = select_all(specs, target, options)
     with locked([s.distribution.root for s in selections]) as lease:
         lease.recover()  # a dead run's half-committed set first, so the plan sees a whole set
-        plans = tuple(lease.plan(s.patch_set, s.distribution, operation) for s in selections)
+        # which options are on is read from the files here, under the lock, like the plan itself
+        plans = tuple(lease.plan(s.planned_set(operation), s.distribution, operation) for s in selections)
         written = commit(lease, plans)
-    return OperationResult(operation, False, plans, tuple(written))
+    return OperationResult(operation, False, plans, tuple(written), tuple(options))
 
 
-def run(specs: Sequence[str], target: TargetEnvironment, operation: Operation, *, dry_run: bool) -> OperationResult:
-    """:func:`preview` for a dry run, else :func:`perform`."""
-    return preview(specs, target, operation) if dry_run else perform(specs, target, operation)
+def run(specs: Sequence[str], target: TargetEnvironment, operation: Operation, *, dry_run: bool,
+        options: Sequence[str] = ()) -> OperationResult:
+    """:func:`preview` for a dry run, else :func:`perform`; ``options``: optional diffs to apply too."""
+    return (preview(specs, target, operation, options) if dry_run
+            else perform(specs, target, operation, options))
 
 
 def recover_target(target: TargetEnvironment) -> list[Recovery]:
@@ -115,8 +129,16 @@ def recover_target(target: TargetEnvironment) -> list[Recovery]:
         if not os.path.lexists(path):
             continue  # finished by the lock holder meanwhile, or by an earlier journal's recovery
         journal = jr.read_journal(path)
-        with locked(list(journal.roots)) as lease:
-            done.extend(lease.recover())
+        try:
+            with locked(list(journal.roots)) as lease:
+                done.extend(lease.recover())
+        except TargetEnvironmentError as exc:
+            if not os.path.lexists(path):
+                raise
+            raise TargetEnvironmentError(
+                f"an interrupted {journal.description} left {path}; finishing it first failed: {exc.message}",
+                hint=exc.hint or "run this command as the owner of that environment",
+            ) from None
     for root in target.search_path:
         if jr.journal_leftovers(root):
             with locked([root]) as lease:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from t4patch.patching.local_version import built_by_t4patch, release_of
 from t4patch.patching.manifest import PatchSet, Target
 from t4patch.patching.unified_diff import DiffMismatch, apply_file_diff
 
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 FileState = Literal["pristine", "patched", "foreign", "missing"]
 Operation = Literal["apply", "revert"]
 
@@ -184,6 +186,13 @@ def check_against_record(patch_set: PatchSet, dist: InstalledDistribution,
         recorded = record[target.path]
         if recorded == target.pristine_sha256:
             continue
+        if recorded is None or not _SHA256_HEX.fullmatch(recorded):
+            raise UnsupportedVersionError(
+                f"{dist.name} {dist.version}: {dist.dist_info.name}/RECORD is damaged: its entry for {target.path} "
+                f"has no sha256 (expected sha256=<43 urlsafe base64 characters>, found {recorded!r} once decoded); "
+                "without it the installed build is unproven, so nothing was written",
+                hint=dist.reinstall_command(patch_set.version),
+            )
         if built_by_t4patch(dist.version) and recorded == target.patched_sha256:
             continue  # installed from a `t4patch wheel` wheel: its RECORD pins the patched bytes
         status = by_path.get(target.path)

@@ -6,6 +6,8 @@ an engine registry, so it is skipped here.
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -25,12 +27,21 @@ def patch_set_dirs(root: Path | None = None) -> list[Path]:
     A patch-set directory must be named by the exact version it patches; anything else holding a manifest
     (``patches/vllm/latest/``) makes the whole tree invalid, said before anything is read or written.
     """
-    base = root or data_dir("patches")
-    found = [
-        m.parent
-        for m in base.glob(f"*/*/{MANIFEST_NAME}")
-        if m.parent.parent.name not in NON_ENGINE_DIRS
-    ]
+    try:
+        base = root or data_dir("patches")
+        if base.is_dir() and not os.access(base, os.R_OK | os.X_OK):  # glob would quietly find nothing
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(base))
+        found = [
+            m.parent
+            for m in base.glob(f"*/*/{MANIFEST_NAME}")
+            if m.parent.parent.name not in NON_ENGINE_DIRS
+        ]
+    except OSError as exc:  # e.g. T4PATCH_PATCHES names a directory this user may not read
+        raise PatchSetError(
+            f"cannot read the patch-set tree {exc.filename} ({exc.strerror or exc}); expected a readable "
+            "patches/<distribution>/<version>/ tree",
+            hint="fix its permissions, or point --patches / T4PATCH_PATCHES at a readable copy",
+        ) from None
     for directory in found:
         if not _is_version(directory.name):
             raise PatchSetError(

@@ -157,12 +157,23 @@ class Injector:
         self.kind, self.at, self.action, self.err, self.persistent, self.sig = kind, at, action, err, persistent, sig
         self.counts: collections.Counter[str] = collections.Counter()
         self.fired = 0
+        self.delay = 0.0  # for action "timer"
+        self.started = time.perf_counter()
+        self.first_call: float | None = None  # seconds after start of the first and the last primitive call
+        self.last_call = 0.0
         self._real: dict[str, Callable[..., object]] = {}
 
     def _wrap(self, name: str, real: Callable[..., object]) -> Callable[..., object]:
         def wrapper(*args: object, **kwargs: object) -> object:
+            self.last_call = time.perf_counter() - self.started
+            if self.first_call is None:
+                self.first_call = self.last_call
             self.counts[name] += 1
             n = self.counts[name]
+            if self.action == "timer" and self.fired == 0:
+                self.fired = 1  # a random moment after the commit's first call: SIGALRM kills the process
+                signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGKILL))
+                signal.setitimer(signal.ITIMER_REAL, max(self.delay, 1e-6))
             if name == self.kind and (n == self.at or (self.persistent and n > self.at)):
                 self.fired += 1
                 if self.action == "kill":
@@ -332,22 +343,35 @@ def kill_trials(engine: Engine, operation: str, tmp: Path) -> Figures:
 
 
 def timer_kill_trials(engine: Engine, operation: str, tmp: Path, trials: int, seed: int) -> Figures:
-    """SIGKILL at a random moment of the run (an interval timer started with main())."""
+    """SIGKILL at a random moment: three in four trials start an interval timer at the commit's first
+    primitive call, firing within 1.2 times the measured commit (first to last call); the rest time it from
+    the start of main() over 1.2 times the whole run. Python runs the SIGALRM handler between bytecodes, so
+    the kill lands between any two steps of the commit's own code, not only at the primitives."""
     site = fresh(engine, operation, tmp / "timed")
-    start = time.perf_counter()
-    assert run_quiet([operation, engine.spec, "--site-packages", str(site)])[0] == 0
-    duration = time.perf_counter() - start
+    assert run_quiet([operation, engine.spec, "--site-packages", str(site)])[0] == 0  # warm: imports, caches
+    fresh(engine, operation, site)
+    with Injector() as injector:
+        assert run_quiet([operation, engine.spec, "--site-packages", str(site)])[0] == 0
+    duration = time.perf_counter() - injector.started
+    first, last = injector.first_call or 0.0, injector.last_call
     rng = random.Random(seed)
     figures = Figures(f"{engine.spec} {operation}: SIGKILL at a random time (seed {seed})")
     for trial in range(trials):
         fresh(engine, operation, site)
-        delay = rng.uniform(0.0, duration * 1.2)
+        in_commit = bool(trial % 4)
+        delay = rng.uniform(0.0, (last - first) * 1.2) if in_commit else rng.uniform(0.0, duration * 1.2)
         argv = [operation, engine.spec, "--site-packages", str(site)]
 
-        def body(delay: float = delay, argv: list[str] = argv) -> int:
-            signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGKILL))
-            signal.setitimer(signal.ITIMER_REAL, max(delay, 1e-5))
-            code = main(argv)
+        def body(delay: float = delay, argv: list[str] = argv, in_commit: bool = in_commit) -> int:
+            if in_commit:
+                injector = Injector(action="timer")
+                injector.delay = delay
+                with injector:
+                    code = main(argv)
+            else:
+                signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGKILL))
+                signal.setitimer(signal.ITIMER_REAL, max(delay, 1e-5))
+                code = main(argv)
             signal.setitimer(signal.ITIMER_REAL, 0)
             return code
 
@@ -421,6 +445,43 @@ def error_trials(engine: Engine, operation: str, tmp: Path) -> Figures:
                     elif state != done_state:
                         figures.failures.append(f"{label}: exit 0 with the set {state}")
                     next_command(engine, site, label, figures)
+    return figures
+
+
+def real_enospc_trials(engine: Engine, operation: str, mount: Path) -> Figures:
+    """A real full disk: the site on a small tmpfs filled up to leave 0, 1, 2, ... pages free, until the
+    operation succeeds three levels in a row. Then the filler goes and the next command runs."""
+    figures = Figures(f"{engine.spec} {operation}: real ENOSPC on a tmpfs, each free-space level in 4 KiB pages")
+    before_state = "pristine" if operation == "apply" else "patched"
+    done_state = "patched" if operation == "apply" else "pristine"
+    site, filler = mount / "site", mount / "filler"
+    successes, pages = 0, 0
+    while successes < 3 and pages < 400:
+        filler.unlink(missing_ok=True)
+        fresh(engine, operation, site)
+        info = os.statvfs(mount)
+        with open(filler, "wb") as fh:
+            fh.write(b"\0" * max(0, info.f_bavail * info.f_frsize - pages * 4096))
+        code, text = run_quiet([operation, engine.spec, "--site-packages", str(site)])
+        figures.trials += 1
+        state = engine.state(site)
+        label = f"{pages} page(s) free"
+        if code == 0:
+            successes += 1
+            if state != done_state:
+                figures.failures.append(f"{label}: exit 0 with the set {state}")
+        elif code == 3:
+            successes = 0
+            unchanged = "nothing changed" in text or "nothing was changed" in text
+            if unchanged and state != before_state:
+                figures.failures.append(f"{label}: says nothing changed, but the set is {state}")
+            if "No space left on device" not in text:
+                figures.failures.append(f"{label}: the error does not name the cause: {text!r}")
+        else:
+            figures.failures.append(f"{label}: exit {code}: {text.strip()[-300:]}")
+        filler.unlink()
+        next_command(engine, site, label, figures)
+        pages += 1
     return figures
 
 
@@ -500,6 +561,37 @@ def test_killed_subprocesses(synthetic_env: Engine, trial_tmp: Path, request: py
         figures.trials += 1
         next_command(synthetic_env, site, f"subprocess trial {trial}", figures)
     figures.report()
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs mounted for the test (root only; skipped where mounting is not allowed)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("operation", ["apply", "revert"])
+def test_real_enospc_at_every_free_space_level_synthetic(synthetic_env: Engine, operation: str,
+                                                         small_tmpfs: Path) -> None:
+    figures = real_enospc_trials(synthetic_env, operation, small_tmpfs)
+    figures.report()
+    assert figures.trials > 3, figures
+
+
+@pytest.mark.integration
+def test_real_enospc_at_every_free_space_level_sglang(sglang_env: Engine, small_tmpfs: Path) -> None:
+    figures = real_enospc_trials(sglang_env, "apply", small_tmpfs)
+    figures.report()
+    assert figures.trials > 10, figures
 
 
 @pytest.fixture

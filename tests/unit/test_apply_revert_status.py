@@ -12,7 +12,7 @@ from t4patch.errors import (
     NotInstalledError,
     UnsupportedVersionError,
 )
-from tests.helpers import CONFIG, CONFIG_PATCHED, KERNEL, KERNEL_PATCHED, sha
+from tests.helpers import CONFIG, CONFIG_PATCHED, KERNEL, KERNEL_PATCHED, record_hash, sha
 
 
 def site_args(env):
@@ -162,7 +162,8 @@ def test_record_hash_mismatch_is_refused(env, cli):
     """A different build of the same version (RECORD hash differs from the manifest) is not patched."""
     record = env.site / "fakeengine-1.2.0.dist-info" / "RECORD"
     text = record.read_text().splitlines()
-    text = [line if not line.startswith("fakeengine/config.py,") else "fakeengine/config.py,sha256=AAAA,10" for line in text]
+    other = record_hash(b"another build of config.py\n")
+    text = [line if not line.startswith("fakeengine/config.py,") else f"fakeengine/config.py,{other},10" for line in text]
     record.write_text("\n".join(text) + "\n")
     snapshot = env.snapshot()
     result = cli("apply", "fakeengine", *site_args(env))
