@@ -16,10 +16,14 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         "apply",
         help="apply the patch set matching each installed engine",
         description="Apply the patch set for the installed version of each ENGINE. Every file is checked by "
-        "sha256 first; if any file is foreign, nothing is written.",
+        "sha256 first; if any file is foreign, nothing is written. Optional diffs (t4patch list names them) are "
+        "off unless asked for with --with NAME; an optional diff already applied is left applied (only revert "
+        "removes it).",
     )
     parser.add_argument("specs", nargs="+", metavar="SPEC", help=f"engine, optionally pinned: {example_name()} or {example_spec()}")
     parser.add_argument("--dry-run", action="store_true", help="print the unified diff it would make; write nothing")
+    parser.add_argument("--with", dest="options", action="append", default=[], metavar="NAME",
+                        help="also apply this optional diff of the patch set (repeatable; t4patch list names them)")
     add_target_options(parser)
     add_json_option(parser)
     parser.set_defaults(func=run)
@@ -28,7 +32,7 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 def run(args: argparse.Namespace) -> int:
     target = resolve_target(args.python, args.site_packages)
-    result = operation.run(args.specs, target, "apply", dry_run=args.dry_run)
+    result = operation.run(args.specs, target, "apply", dry_run=args.dry_run, options=args.options)
     if args.json:
         emit_json("apply", {"target": target.to_json(), "results": [result.describe(p) for p in result.plans]})
     else:

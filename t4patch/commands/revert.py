@@ -16,7 +16,8 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         "revert",
         help="restore the pristine files of patched engines",
         description="Restore every file of the engine's patch set to the released bytes (checked against the "
-        "pristine sha256 before writing). Refuses foreign files.",
+        "pristine sha256 before writing), optional diffs included: every file t4patch patched. Refuses "
+        "foreign files.",
     )
     parser.add_argument("specs", nargs="+", metavar="ENGINE", help=f"engine name, e.g. {example_name()} or {example_spec()}")
     parser.add_argument("--dry-run", action="store_true", help="print the unified diff it would make; write nothing")

@@ -9,12 +9,12 @@ from packaging.utils import canonicalize_name
 from t4patch.cli_options import add_json_option, add_target_options
 from t4patch.engines import example_name, example_spec
 from t4patch.environment.target import TargetEnvironment, resolve_target
-from t4patch.errors import NotAppliedError, NotInstalledError
+from t4patch.errors import NotAppliedError, NotInstalledError, UsageError
 from t4patch.output import emit_json, say, table
 from t4patch.patching.registry import engines
 from t4patch.patching.selection import parse_spec
 from t4patch.patching.state import read_record
-from t4patch.patching.status import EngineStatus, engine_status
+from t4patch.patching.status import EngineStatus, check_applied, engine_status, option_detail, required_options
 
 
 def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -22,14 +22,18 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         "status",
         help="show whether each engine's patch set is applied",
         description="For each ENGINE (default: every installed engine t4patch has patch sets for) report each "
-        "target file as pristine, patched, foreign (neither hash) or missing.",
+        "target file as pristine, patched, foreign (neither hash) or missing, and each optional diff of its "
+        "patch set as applied or not.",
     )
     parser.add_argument("engines", nargs="*", metavar="ENGINE", help=f"engine name, e.g. {example_name()} or {example_spec(1)}")
     parser.add_argument(
         "--check",
         action="store_true",
-        help="exit 9 unless every requested (or installed) engine's patch set is fully applied",
+        help="exit 9 unless every requested (or installed) engine's patch set is fully applied (its default "
+        "diffs: optional ones are not required unless named with --with)",
     )
+    parser.add_argument("--with", dest="options", action="append", default=[], metavar="NAME",
+                        help="with --check: also require this optional diff to be applied (repeatable)")
     add_target_options(parser)
     add_json_option(parser)
     parser.set_defaults(func=run)
@@ -37,6 +41,12 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.options and not args.check:
+        raise UsageError(
+            f"--with {' '.join(args.options)}: expected --check with it (status always shows every optional diff; "
+            "--with only adds it to what --check requires)",
+            hint=f"t4patch status --check --with {args.options[0]}",
+        )
     target = resolve_target(args.python, args.site_packages)
     if args.engines:
         names = []
@@ -58,20 +68,13 @@ def run(args: argparse.Namespace) -> int:
                 f"{target.description}",
                 hint=f"name the engine (t4patch status {example_name()} --check) or target the serving env with --python",
             )
+    required = required_options(statuses, args.options) if args.check else {}
     if args.json:
         emit_json("status", {"target": target.to_json(), "engines": [s.to_json() for s in statuses]})
     else:
         print_status(statuses, target)
     if args.check:
-        bad = [s for s in statuses if s.overall != "applied"]
-        if bad:
-            appliable = [s.patch_set for s in bad if s.overall in ("not-applied", "partial") and s.patch_set]
-            others = [f"{s.name}: {s.detail}" for s in bad if s.overall not in ("not-applied", "partial")]
-            hints = ([f"t4patch apply {' '.join(appliable)}"] if appliable else []) + others
-            raise NotAppliedError(
-                "--check: not fully applied: " + ", ".join(f"{s.name} ({s.overall})" for s in bad),
-                hint="; ".join(hints),
-            )
+        check_applied(statuses, required, target)
     return 0
 
 
@@ -86,6 +89,11 @@ def print_status(statuses: list[EngineStatus], target: TargetEnvironment) -> Non
         if s.installed and s.overall not in ("not-installed", "no-patch-set"):
             record = read_record(s.installed)
             if record is not None:
-                say(f"  record: {record.patch_set} applied {record.applied_at} by t4patch {record.t4patch_version}")
+                with_ = f" with {', '.join(record.options)}" if record.options else ""
+                say(f"  record: {record.patch_set}{with_} applied {record.applied_at} by t4patch "
+                    f"{record.t4patch_version}")
         if s.files:
             say(table(["  state", "file"], [(f"  {f.state}", f.target.path) for f in s.files]))
+        for o in s.options:
+            say(f"  optional {o.name}: {o.state} ({option_detail(s, o)})")
+            say(table(["    state", "file"], [(f"    {f.state}", f.target.path) for f in o.files]))

@@ -1,9 +1,10 @@
 """From what the user typed (``vllm``, ``vllm==0.33.0``, ``SGLang>=0.5``) to an installed distribution
-and the patch set made for exactly its version."""
+and the patch set made for exactly its version, with the optional diffs asked for (``--with NAME``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -20,6 +21,8 @@ from t4patch.errors import (
     UsageError,
 )
 from t4patch.patching.manifest import PatchSet
+from t4patch.patching.options import planned_set
+from t4patch.patching.plan import Operation
 from t4patch.patching.registry import engines, find_patch_set
 
 
@@ -27,7 +30,13 @@ from t4patch.patching.registry import engines, find_patch_set
 class Selection:
     requested: str
     distribution: InstalledDistribution
-    patch_set: PatchSet
+    patch_set: PatchSet  # as shipped: the default diffs, its optional ones listed but off
+    options: tuple[str, ...] = ()  # optional diffs of this set asked for with --with
+
+    def planned_set(self, operation: Operation) -> PatchSet:
+        """The set to plan ``operation`` with (see :mod:`t4patch.patching.options`); reads the optional
+        files, so a real run calls it under the lock."""
+        return planned_set(self.patch_set, self.distribution, operation, self.options)
 
 
 MAX_SPEC_CHARS = 200  # a name and a version; a 10,000-digit "version" is not a spec
@@ -87,6 +96,23 @@ def select(spec: str, target: TargetEnvironment) -> Selection:
             f"line and run: t4patch validate {patch_set.directory}",
         )
     return Selection(spec, dist, patch_set)
+
+
+def request_options(selections: Sequence[Selection], names: Sequence[str], *, flag: str = "--with") -> list[Selection]:
+    """Give each selection the names in ``names`` that are optional diffs of its set.
+
+    A name that no selected set has is a usage error naming every selected set's options, so a typo never
+    silently applies the default set alone."""
+    wanted = tuple(dict.fromkeys(names))
+    unknown = [n for n in wanted if not any(n in s.patch_set.option_names for s in selections)]
+    if unknown:
+        offered = "; ".join(f"{s.patch_set.spec}: {', '.join(s.patch_set.option_names) or 'none'}" for s in selections)
+        raise UsageError(
+            f"{flag} {', '.join(unknown)}: expected the name of an optional diff of the selected patch set(s) "
+            f"({offered}), found no optional diff by that name",
+            hint="t4patch list (shows each set's optional diffs)",
+        )
+    return [replace(s, options=tuple(n for n in wanted if n in s.patch_set.option_names)) for s in selections]
 
 
 def find_installed(target: TargetEnvironment, name: str) -> InstalledDistribution | None:

@@ -2,7 +2,9 @@
 
 It lives in the distribution's own ``.dist-info`` directory (``t4patch.json``), so reinstalling the engine
 discards it together with the patched files. The file hashes are the truth; this record only lets `status`
-say when and by which t4patch version a patch set was applied, and it is never trusted over the hashes.
+say when and by which t4patch version a patch set was applied, and with which optional diffs (``options``:
+the names turned on by ``apply --with`` / ``wheel --with``, or found applied and left so), and it is never
+trusted over the hashes.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class StateRecord:
     applied_at: str
     t4patch_version: str
     raw: dict[str, Any]
+    options: tuple[str, ...] = ()  # the optional diffs on when it was written (absent in older records: none)
 
 
 def record_path(dist: InstalledDistribution) -> Path:
@@ -47,6 +50,7 @@ def record_document(patch_set: PatchSet, *, applied_at: str, t4patch_version: st
         "patch_set": patch_set.spec,
         "applied_at": applied_at,
         "t4patch_version": t4patch_version,
+        "options": list(patch_set.options_on),
         "patches": [p.file for p in patch_set.patches],
         "files": [
             {"path": t.path, "pristine_sha256": t.pristine_sha256, "patched_sha256": t.patched_sha256}
@@ -71,8 +75,12 @@ def read_record(dist: InstalledDistribution) -> StateRecord | None:
         return None
     if not isinstance(raw, dict) or raw.get("schema") != RECORD_SCHEMA:
         return None
+    options = raw.get("options", [])
+    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+        options = []  # a damaged field of an informational file: the hashes still say what is applied
     return StateRecord(
-        str(raw.get("patch_set")), str(raw.get("applied_at")), str(raw.get("t4patch_version")), raw
+        str(raw.get("patch_set")), str(raw.get("applied_at")), str(raw.get("t4patch_version")), raw,
+        tuple(options),
     )
 
 

@@ -1,7 +1,9 @@
 """What state each engine's patch set is in, decided by sha256: the model `status`, `doctor` and `verify` share.
 
 Per file: pristine, patched, foreign (neither hash) or missing. Per engine: applied, not-applied, partial,
-foreign, not-installed or no-patch-set. The hashes decide; the state record only adds who applied it and when.
+foreign, not-installed or no-patch-set, judged on the default diffs (what a plain apply changes). Each
+optional diff is reported beside it with its own state (:mod:`t4patch.patching.options`): options are optional,
+so they never change the engine's state. The hashes decide; the state record only adds who applied it and when.
 """
 
 from __future__ import annotations
@@ -9,10 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from packaging.version import Version
+
+from t4patch.environment import suggest
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment
-from t4patch.errors import T4PatchError
+from t4patch.errors import NotAppliedError, T4PatchError, UsageError
+from t4patch.patching.options import OptionStatus, option_statuses, summarise
 from t4patch.patching.plan import FileStatus, file_statuses
-from t4patch.patching.registry import find_patch_set
+from t4patch.patching.registry import find_patch_set, supported_versions
 from t4patch.patching.selection import find_installed, other_installs
 from t4patch.patching.state import read_record
 
@@ -25,6 +31,10 @@ class EngineStatus:
     overall: str  # applied | not-applied | partial | foreign | not-installed | no-patch-set
     files: tuple[FileStatus, ...]
     detail: str
+    options: tuple[OptionStatus, ...] = ()  # the set's optional diffs, each with its own state
+
+    def option(self, name: str) -> OptionStatus | None:
+        return next((o for o in self.options if o.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
         record = read_record(self.installed) if self.installed and self.overall != "not-installed" else None
@@ -35,24 +45,19 @@ class EngineStatus:
             "patch_set": self.patch_set,
             "state": self.overall,
             "detail": self.detail,
-            "files": [
-                {"path": f.target.path, "state": f.state, "sha256": f.sha256,
-                 "pristine_sha256": f.target.pristine_sha256, "patched_sha256": f.target.patched_sha256}
-                for f in self.files
+            "files": [_file_json(f) for f in self.files],
+            "options": [
+                {"name": o.name, "patch": o.patch.file, "title": o.patch.title, "state": o.state,
+                 "files": [_file_json(f) for f in o.files]}
+                for o in self.options
             ],
             "record": record.raw if record else None,
         }
 
 
-def summarise(files: tuple[FileStatus, ...]) -> str:
-    states = {f.state for f in files}
-    if states == {"patched"}:
-        return "applied"
-    if states == {"pristine"}:
-        return "not-applied"
-    if states & {"foreign", "missing"}:
-        return "foreign"
-    return "partial"
+def _file_json(f: FileStatus) -> dict[str, Any]:
+    return {"path": f.target.path, "state": f.state, "sha256": f.sha256,
+            "pristine_sha256": f.target.pristine_sha256, "patched_sha256": f.target.patched_sha256}
 
 
 def engine_status(name: str, target: TargetEnvironment) -> EngineStatus:
@@ -78,4 +83,63 @@ def engine_status(name: str, target: TargetEnvironment) -> EngineStatus:
         "partial": "some files patched, some pristine: run t4patch apply again to finish",
         "foreign": f"a file matches neither hash: reinstall with {dist.reinstall_command()}",
     }[overall]
-    return EngineStatus(name, dist, patch_set.spec, overall, files, detail)
+    return EngineStatus(name, dist, patch_set.spec, overall, files, detail, option_statuses(patch_set, dist))
+
+
+def option_detail(status: EngineStatus, option: OptionStatus) -> str:
+    """What an optional diff's state means and the command that changes it (status prints it)."""
+    turn_on = f"t4patch apply {status.patch_set} --with {option.name}"
+    return {
+        "applied": f"every file patched; t4patch revert {status.name} takes it back with the rest",
+        "not-applied": f"off, as by default; {turn_on} turns it on",
+        "partial": f"some files patched: {turn_on} finishes it, t4patch revert {status.name} takes it back",
+        "foreign": "a file matches neither hash: "
+        + (status.installed.reinstall_command() if status.installed else "reinstall the engine"),
+    }[option.state]
+
+
+def required_options(statuses: list[EngineStatus], names: list[str]) -> dict[str, tuple[str, ...]]:
+    """``status --check --with NAME``: per engine, the names its set has. A name no checked set has is a
+    usage error naming the sets' options, so a typo never turns into a check that passes."""
+    wanted = tuple(dict.fromkeys(names))
+    unknown = [n for n in wanted if not any(s.option(n) for s in statuses)]
+    if unknown:
+        offered = "; ".join(f"{s.patch_set}: {', '.join(o.name for o in s.options) or 'none'}"
+                            for s in statuses if s.patch_set) or "no checked engine has a patch set here"
+        raise UsageError(
+            f"--with {', '.join(unknown)}: expected the name of an optional diff of the checked patch set(s) "
+            f"({offered}), found no optional diff by that name",
+            hint="t4patch list (shows each set's optional diffs)",
+        )
+    return {s.name: tuple(n for n in wanted if s.option(n)) for s in statuses}
+
+
+def check_applied(statuses: list[EngineStatus], required: dict[str, tuple[str, ...]],
+                  target: TargetEnvironment) -> None:
+    """``status --check``: every engine's default diffs applied (optional ones are optional), plus the options
+    in ``required`` for each engine; otherwise :class:`NotAppliedError` with the commands that fix it, aimed
+    at ``target`` so they work when pasted."""
+    problems: list[str] = []
+    appliable: list[str] = []
+    options: list[str] = []
+    others: list[str] = []
+    for s in statuses:
+        missing = [o for o in (s.option(n) for n in required.get(s.name, ())) if o and o.state != "applied"]
+        if s.overall == "applied" and not missing:
+            continue
+        states = ([] if s.overall == "applied" else [s.overall]) + [f"optional {o.name} {o.state}" for o in missing]
+        problems.append(f"{s.name} ({', '.join(states)})")
+        if s.overall == "not-installed" and supported_versions(s.name):
+            release = f"{s.name}=={max(supported_versions(s.name), key=Version)}"
+            others.append(f"{target.pip_install()} {release} && {suggest.command(target, 'apply', release)}")
+        elif s.overall not in ("applied", "not-applied", "partial"):
+            others.append(f"{s.name}: {s.detail}")
+        elif any(o.state == "foreign" for o in missing):
+            others.append(f"{s.name}: " + "; ".join(option_detail(s, o) for o in missing if o.state == "foreign"))
+        elif s.patch_set:
+            appliable.append(s.patch_set)
+            options += [o.name for o in missing if o.name not in options]
+    if problems:
+        with_ = [arg for n in options for arg in ("--with", n)]
+        apply = [suggest.command(target, "apply", *appliable, *with_)] if appliable else []
+        raise NotAppliedError("--check: not fully applied: " + ", ".join(problems), hint="; ".join(apply + others))
