@@ -149,6 +149,12 @@ def cuda_roots(nvcc: str | None, environ: dict[str, str] | None = None, run: Run
     return unique
 
 
+# Where the system's linker finds libraries outside any CUDA toolkit (the NVIDIA driver puts libcuda.so here).
+SYSTEM_LIBRARY_DIRS = (
+    Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib/aarch64-linux-gnu"), Path("/usr/lib64"), Path("/usr/lib"),
+)
+
+
 def _library_dirs(roots: list[Path], environ: dict[str, str]) -> list[Path]:
     dirs: list[Path] = []
     for root in roots:
@@ -158,7 +164,7 @@ def _library_dirs(roots: list[Path], environ: dict[str, str]) -> list[Path]:
     for value in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) + environ.get("LIBRARY_PATH", "").split(os.pathsep):
         if value:
             dirs.append(Path(value))
-    dirs += [Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib/aarch64-linux-gnu"), Path("/usr/lib64"), Path("/usr/lib")]
+    dirs += list(SYSTEM_LIBRARY_DIRS)
     return dirs
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from t4patch.builder import preflight
 from t4patch.builder.plan import plan_build
 from t4patch.builder.preflight import enforce, find_library, run_preflight, tool_version
 from t4patch.builder.recipe import load_recipe
@@ -171,12 +172,22 @@ def test_runtime_only_library_is_not_enough(tmp_path: Path) -> None:
     assert "create the link" in failed["cublas"].fix
 
 
-def test_driver_stub_missing(tmp_path: Path) -> None:
+def test_driver_stub_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The system directories are replaced by an empty one: a machine with the NVIDIA driver has libcuda.so
+    # there, which would hide the missing stub (see test_driver_in_a_system_directory_is_enough).
+    monkeypatch.setattr(preflight, "SYSTEM_LIBRARY_DIRS", (tmp_path / "no-system-libs",))
     failed = _failed(_checks(tmp_path, mutate=lambda root: (root / "lib64" / "stubs" / "libcuda.so").unlink()))
-    # (a machine with the NVIDIA driver installed has libcuda.so in a system directory: then nothing fails)
-    if failed:
-        assert set(failed) == {"cuda_driver"}
-        assert "stubs/libcuda.so" in failed["cuda_driver"].fix
+    assert set(failed) == {"cuda_driver"}
+    assert "stubs/libcuda.so" in failed["cuda_driver"].fix
+
+
+def test_driver_in_a_system_directory_is_enough(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    system = tmp_path / "system-lib"
+    system.mkdir()
+    (system / "libcuda.so").write_bytes(b"\x7fELF")
+    monkeypatch.setattr(preflight, "SYSTEM_LIBRARY_DIRS", (system,))
+    failed = _failed(_checks(tmp_path, mutate=lambda root: (root / "lib64" / "stubs" / "libcuda.so").unlink()))
+    assert "cuda_driver" not in failed
 
 
 def test_disk_space(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from t4patch.data.locations import data_dir
 from t4patch.errors import PatchSetError
 from t4patch.patching.manifest import load_patch_set
 from t4patch.patching.registry import all_patch_sets
-from tests.helpers import CONFIG, CONFIG_PATCHED, KERNEL, KERNEL_PATCHED, make_patch_set, sha, unified
+from tests.helpers import CONFIG, CONFIG_PATCHED, KERNEL, KERNEL_PATCHED, make_patch_set, sha
 
 
 def edit_manifest(directory: Path, old: str, new: str) -> None:
@@ -143,10 +143,6 @@ def test_validate_command(cli, tmp_path):
     (broken / "0001-change-1.diff").write_text("nope\n")
     bad = cli("validate", str(broken))
     assert bad.code == PatchSetError.exit_code
-
-
-def test_unified_helper_roundtrip():
-    assert unified("fakeengine/config.py", CONFIG, CONFIG_PATCHED).startswith("--- a/fakeengine/config.py")
 
 
 # ------------------------------------------------------------------ the strict reader, through `t4patch validate`
