@@ -628,3 +628,64 @@ def test_injector_sees_the_commit(synthetic_env: Engine, trial_tmp: Path) -> Non
     """The harness itself: a commit of four files plus the record makes the calls the trials break."""
     counts = count_calls(synthetic_env, "apply", trial_tmp)
     assert counts["replace"] >= 5 and counts["link"] >= 4 and counts["fsync"] >= 6 and counts["write"] >= 6, counts
+
+
+def _killed_mid_renames(engine: Engine, site: Path, tmp: Path) -> None:
+    """Leave ``site`` as a run killed before its third rename leaves it: mixed, with its journal."""
+    fresh(engine, "apply", site)
+    argv = ["apply", engine.spec, "--site-packages", str(site)]
+
+    def body() -> int:
+        with Injector("replace", 4, "kill"):  # replace #1 is the journal's own, then the set's renames
+            return main(argv)
+
+    assert in_child(body, tmp / "child.err").killed_by == signal.SIGKILL
+    assert engine.state(site).startswith("mixed") and (site / ".t4patch-journal.json").exists()
+
+
+@pytest.mark.parametrize("argv", [["doctor"], ["apply", "--dry-run"], ["revert"], ["list"]],
+                         ids=["doctor", "apply --dry-run", "revert", "list (no target)"])
+def test_every_command_aimed_at_the_environment_recovers_first(synthetic_env: Engine, trial_tmp: Path,
+                                                               argv: list[str]) -> None:
+    site = trial_tmp / "site"
+    _killed_mid_renames(synthetic_env, site, trial_tmp)
+    command = [*argv, synthetic_env.name] if argv[0] in ("apply", "revert") else argv
+    targeted = argv[0] != "list"
+    code, err = run_quiet([*command, *(["--site-packages", str(site)] if targeted else [])])
+    assert code == 0, err
+    if not targeted:  # a command that names no environment touches none
+        assert synthetic_env.state(site).startswith("mixed")
+        return
+    assert "found an interrupted apply of multiengine==2.0.0" in err and "finished it" in err, err
+    expected = "pristine" if argv[0] == "revert" else "patched"
+    assert synthetic_env.state(site) == expected and leftovers(site) == []
+
+
+def test_recovery_needing_rights_this_user_lacks_is_one_line(synthetic_env: Engine, trial_tmp: Path) -> None:
+    """A journal in a site this user may not write: exit 3 naming the journal; nothing is changed."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a child as another user")
+    trial_tmp.chmod(0o755)
+    site = trial_tmp / "site"
+    _killed_mid_renames(synthetic_env, site, trial_tmp)
+    for path in [site, *site.rglob("*")]:
+        if path.is_dir() and not path.is_symlink():
+            path.chmod(0o755)
+    patches = trial_tmp / "patches"  # a copy the child may read (pytest's tmp dirs are root's alone)
+    shutil.copytree(synthetic_env.env["T4PATCH_PATCHES"], patches)
+    for path in [patches, *patches.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    before = synthetic_env.state(site)
+
+    def body() -> int:
+        os.environ["T4PATCH_PATCHES"] = str(patches)
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+        return main(["status", "--site-packages", str(site)])
+
+    run_quiet(["status", "--site-packages", str(patches)])  # import everything first: the child cannot read /root
+    result = in_child(body, trial_tmp / "child.err")
+    assert result.code == 3, result.stderr
+    assert result.stderr.count("\n") == 1 and "interrupted apply" in result.stderr and "journal" in result.stderr
+    assert synthetic_env.state(site) == before and (site / ".t4patch-journal.json").exists()
