@@ -6,8 +6,9 @@ import argparse
 
 from t4patch.cli_options import add_json_option, add_target_options
 from t4patch.engines import example_name, example_spec
+from t4patch.engines.requirements import companion_problems
 from t4patch.environment.target import resolve_target
-from t4patch.output import emit_json, say
+from t4patch.output import emit_json, say, warn
 from t4patch.patching import operation
 
 
@@ -33,9 +34,14 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 def run(args: argparse.Namespace) -> int:
     target = resolve_target(args.python, args.site_packages)
     result = operation.run(args.specs, target, "apply", dry_run=args.dry_run, options=args.options)
+    # the patched code needs its companions (the manifests' [[requires]]): say so now, with the install command
+    warnings = [w for plan in result.plans for w in companion_problems(plan.patch_set, target)]
     if args.json:
-        emit_json("apply", {"target": target.to_json(), "results": [result.describe(p) for p in result.plans]})
+        emit_json("apply", {"target": target.to_json(), "results": [result.describe(p) for p in result.plans],
+                            "warnings": warnings})
     else:
         for line in result.lines():
             say(line)
+        for text in warnings:
+            warn(text)
     return 0

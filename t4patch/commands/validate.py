@@ -14,7 +14,7 @@ from typing import Any
 from t4patch.cli_options import add_json_option
 from t4patch.output import emit_json, say
 from t4patch.patching.manifest import load_patch_set
-from t4patch.patching.registry import all_patch_sets
+from t4patch.patching.registry import all_patch_sets, sets_for_wheel
 from t4patch.patching.wheelproof import prove_against_wheel
 
 
@@ -34,6 +34,8 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 def run(args: argparse.Namespace) -> int:
     sets = [load_patch_set(Path(d)) for d in args.dirs] if args.dirs else all_patch_sets()
+    if args.wheel and not args.dirs:
+        sets = sets_for_wheel(sets, Path(args.wheel))  # the set made for that wheel's release, not every set
     results: list[dict[str, Any]] = []
     for ps in sets:
         proven = [p.line for p in prove_against_wheel(ps, Path(args.wheel))] if args.wheel else []

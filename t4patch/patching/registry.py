@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from t4patch.data.locations import data_dir
-from t4patch.errors import NotInstalledError, PatchSetError, UnsupportedVersionError
+from t4patch.errors import NotInstalledError, PatchSetError, UnsupportedVersionError, UsageError
 from t4patch.patching.local_version import release_of
 from t4patch.patching.manifest import MANIFEST_NAME, PatchSet, load_patch_set
 
@@ -98,7 +99,8 @@ def find_patch_set(distribution: str, version: str, root: Path | None = None) ->
     raise UnsupportedVersionError(
         f"{name} {version} is installed; t4patch has patch sets for {name} {', '.join(versions)} only "
         f"(nearest: {nearest})",
-        hint=f"install {name}=={nearest} (pip install --no-deps {name}=={nearest} in that environment), or make a "
+        hint=f"install the release t4patch has a set for, with its own dependencies (pip install {name}=={nearest} in "
+        f"that environment: --no-deps would keep {version}'s), or make a "
         f"draft set for {version} to review: t4patch port {name}=={version} --from {name}=={nearest} "
         "(docs/maintaining.md)",
     )
@@ -114,3 +116,27 @@ def nearest_version(versions: list[str], version: str) -> str:
     ordered = sorted(versions, key=Version)
     older = [v for v in ordered if Version(v) < target]
     return older[-1] if older else ordered[0]
+
+
+def sets_for_wheel(sets: list[PatchSet], wheel: Path) -> list[PatchSet]:
+    """The patch sets made for the release ``wheel`` is (its file name says which), for ``validate --wheel``;
+    proving every set against one wheel would fail for all the others, whose data is fine."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        name, version, _, _ = parse_wheel_filename(wheel.name)
+    except InvalidWheelFilename as exc:
+        raise UsageError(
+            f"--wheel {wheel}: expected a wheel file name (NAME-VERSION-TAGS.whl), found {wheel.name!r} ({exc})",
+            hint="pass the released wheel as pip downloaded it, or name the patch-set directory too",
+        ) from None
+    matching = [ps for ps in sets if ps.distribution == name and Version(ps.version) == version]
+    if not matching:
+        versions = supported_versions(name)
+        raise UnsupportedVersionError(
+            f"--wheel {wheel.name} is {name} {version}; t4patch has patch sets for "
+            + (f"{name} {', '.join(versions)} only" if versions else f"no {name} release"),
+            hint="pass a wheel of a release t4patch has a set for (t4patch list), or name the patch-set directory: "
+            f"t4patch validate DIR --wheel {shlex.quote(str(wheel))}",
+        )
+    return matching

@@ -120,3 +120,78 @@ def test_companion_problems_name_the_install_command_for_the_layout(tmp_path):
     make_dist(site, name="vllm", version="0.32.0", files={"vllm/__init__.py": ""})
     target = resolve_target(None, str(site))
     assert "vllm 0.32.0 is installed" in companion_problems(patch_set, target)[0]
+
+
+def test_status_check_hint_pasted_applies_to_the_same_environment(awkward_env, tmp_path, cli):
+    site, patches = awkward_env
+    result = cli("status", "--check", "--site-packages", str(site))
+    assert result.code == 9 and "next: t4patch apply" in result.err
+    proc = pasted(result.err.split("next: ", 1)[1].strip(), tmp_path, patches)
+    assert proc.returncode == 0, proc.stderr
+    assert cli("status", "--check", "--site-packages", str(site)).code == 0
+
+
+def test_status_check_of_an_engine_that_is_not_installed_suggests_commands(awkward_env, tmp_path, cli):
+    site, patches = awkward_env
+    empty = tmp_path / "empty site"
+    empty.mkdir()
+    result = cli("status", "fakeengine", "--check", "--site-packages", str(empty))
+    assert result.code == 9
+    hint = result.err.split("next: ", 1)[1].strip()
+    assert "not installed in" not in hint  # a command, not a description
+    first, _, second = hint.partition(" && ")
+    assert shlex.split(first)[:5] == ["pip", "install", "--upgrade", "--target", str(empty.resolve())]
+    assert shlex.split(first)[-1] == "fakeengine==1.2.0"
+    assert shlex.split(second) == ["t4patch", "apply", "fakeengine==1.2.0", "--site-packages", str(empty.resolve())]
+
+
+def _wheel_of(site: Path, out: Path) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(out, "w") as zf:
+        for path in sorted(site.rglob("*")):
+            if path.is_file():
+                zf.write(path, path.relative_to(site).as_posix())
+    return out
+
+
+def test_validate_wheel_without_a_directory_picks_the_matching_set(awkward_env, tmp_path, cli):
+    site, patches = awkward_env
+    make_patch_set(patches, name="otherengine", version="2.0.0")
+    wheel = _wheel_of(site, tmp_path / "fakeengine-1.2.0-py3-none-any.whl")
+    result = cli("validate", "--wheel", str(wheel))
+    assert result.code == 0, result.err
+    assert "fakeengine==1.2.0: valid" in result.out and "otherengine" not in result.out
+    other = _wheel_of(site, tmp_path / "fakeengine-9.9.9-py3-none-any.whl")
+    refused = cli("validate", "--wheel", str(other))
+    assert refused.code == 5 and "fakeengine 9.9.9" in refused.err and "1.2.0" in refused.err
+
+
+def test_apply_warns_when_the_patch_sets_companion_is_missing(tmp_path, cli, monkeypatch):
+    """A set whose [[requires]] companion is absent applies, and says what to install, for that layout."""
+    site = make_dist(tmp_path / AWKWARD)
+    patches = tmp_path / "patches"
+    directory = make_patch_set(patches)
+    manifest = directory / "manifest.toml"
+    manifest.write_text(manifest.read_text() + '\n[[requires]]\ndistribution = "companionlib"\nversion = "2.0.0"\n'
+                        'why = "the patched kernel calls companionlib 2.0.0\'s compiled ops"\n')
+    monkeypatch.setenv("T4PATCH_PATCHES", str(patches))
+    result = cli("apply", "fakeengine", "--site-packages", str(site))
+    assert result.code == 0, result.err
+    [line] = [l for l in result.err.splitlines() if l.startswith("warning: ")]
+    assert "fakeengine==1.2.0 needs companionlib==2.0.0 beside it but it is not installed" in line
+    command = line.rsplit(": ", 1)[1]
+    assert shlex.split(command) == ["pip", "install", "--upgrade", "--target", str(site.resolve()), "--no-deps",
+                                    "companionlib==2.0.0"]
+    doc = json.loads(cli("apply", "fakeengine", "--site-packages", str(site), "--json").out)
+    assert len(doc["warnings"]) == 1  # already applied: still warned, the companion is still missing
+
+
+def test_unsupported_release_advice_is_the_full_install_or_a_port(awkward_env, tmp_path, cli):
+    site, patches = awkward_env
+    other = make_dist(tmp_path / "other site", version="1.3.0")
+    result = cli("apply", "fakeengine", "--site-packages", str(other))
+    assert result.code == 5
+    hint = result.err.split("next: ", 1)[1]
+    assert "pip install fakeengine==1.2.0" in hint and "--no-deps fakeengine" not in hint
+    assert "t4patch port fakeengine==1.3.0 --from fakeengine==1.2.0" in hint
