@@ -17,6 +17,7 @@ import re
 
 from packaging.version import InvalidVersion, Version
 
+from t4patch.fileio.hashing import sha256_bytes
 from t4patch.patching.manifest import PatchSet
 
 LABEL_PREFIX = "t4patch"
@@ -30,10 +31,10 @@ def label_for(patch_set: PatchSet, record: bytes) -> str:
     digest.update(f"{patch_set.distribution}=={patch_set.version}\n".encode())
     for patch in patch_set.patches:
         text = (patch_set.directory / patch.file).read_bytes()
-        digest.update(f"patch {patch.file} {hashlib.sha256(text).hexdigest()}\n".encode())
+        digest.update(f"patch {patch.file} {sha256_bytes(text)}\n".encode())
     for target in patch_set.targets:
         digest.update(f"file {target.path} {target.pristine_sha256} {target.patched_sha256}\n".encode())
-    digest.update(b"record " + hashlib.sha256(record).hexdigest().encode() + b"\n")
+    digest.update(b"record " + sha256_bytes(record).encode() + b"\n")
     return f"{LABEL_PREFIX}.{int(digest.hexdigest()[:8], 16)}"
 
 
