@@ -49,7 +49,8 @@ def collect_artifacts(plan: BuildPlan) -> tuple[list[Path], list[Path]]:
     files: dict[Path, None] = {}
     cuda: dict[Path, None] = {}
     missing = []
-    for pattern, target in [(p, files) for p in plan.recipe.artifact_files] + (
+    patterns = plan.recipe.artifact_files + (plan.recipe.tests_files if plan.with_tests else ())
+    for pattern, target in [(p, files) for p in patterns] + (
         [(p, cuda) for p in plan.recipe.cuda_artifacts] if plan.cuda else []
     ):
         hits = sorted(glob.glob(str(plan.build_dir / pattern)))
@@ -141,7 +142,9 @@ def execute(plan: BuildPlan, checks: list[Check], *, printer: StatusPrinter | No
 
     report = None
     if plan.arch is not None:
-        report = check_artifacts(files, plan.arch, require=plan.recipe.require, cuda_files=tuple(cuda_files))
+        # a --ptx-only build carries PTX for the arch by design: the recipe's SASS requirement does not apply
+        require = tuple(r for r in plan.recipe.require if not (plan.ptx_only and r == "sass"))
+        report = check_artifacts(files, plan.arch, require=require, cuda_files=tuple(cuda_files))
         artifacts = [{**r.to_dict(), "path": _rel(r.path, plan.out)} for r in report.files]
     else:
         artifacts = [{"path": _rel(p, plan.out), "size": p.stat().st_size, "sha256": sha256_file(p)} for p in files]
@@ -200,6 +203,8 @@ def _base_record(plan: BuildPlan, checks: list[Check], command_line: str, starte
         "arch": plan.arch_text,
         "cuda": plan.cuda,
         "features": list(plan.features),
+        "with_tests": plan.with_tests,
+        "ptx_only": plan.ptx_only,  # PTX for the arch, no SASS: a newer GPU runs the Turing code through JIT
         "jobs": plan.jobs,
         "out": str(plan.out),
         "build_dir": str(plan.build_dir),

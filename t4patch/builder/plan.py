@@ -128,6 +128,8 @@ class BuildPlan:
     log_path: Path
     record_path: Path
     flags: dict[str, list[str]] = field(default_factory=dict)  # step name -> recipe-derived arguments
+    with_tests: bool = False  # --with-tests: the recipe's [tests] arguments and artifacts added
+    ptx_only: bool = False  # --ptx-only: {arch} is "NN-virtual" (PTX for compute_NN, no SASS)
 
     @property
     def cuda(self) -> bool:
@@ -154,6 +156,11 @@ class BuildPlan:
         ]
         if self.features:
             lines.append(f"features  {' '.join(self.features)}")
+        if self.with_tests or self.ptx_only:
+            lines.append("variant   " + ", ".join(
+                (["with tests"] if self.with_tests else [])
+                + ([f"PTX only ({self.arch_text}-virtual: no SASS; any newer GPU JIT-compiles the {self.arch.name if self.arch else ''} code)"]
+                   if self.ptx_only else [])))
         lines.append("environment added to the build steps:")
         lines.extend(f"  {k}={v}" for k, v in sorted(self.env.items())) if self.env else lines.append("  (none)")
         lines.append("commands:")
@@ -183,6 +190,8 @@ class BuildPlan:
             "source": {"mode": self.source.mode, "path": str(self.source.path),
                        "repository": self.source.repository, "ref": self.source.ref},
             "features": list(self.features),
+            "with_tests": self.with_tests,
+            "ptx_only": self.ptx_only,
             "env": dict(sorted(self.env.items())),
             "steps": [s.to_dict() for s in self.steps],
             "log": str(self.log_path),
@@ -207,6 +216,8 @@ def plan_build(
     features: tuple[str, ...] = (),
     nvcc: str | None = None,
     cwd: Path | None = None,
+    with_tests: bool = False,
+    ptx_only: bool = False,
 ) -> BuildPlan:
     """Plan one build. ``nvcc`` is the compiler preflight found (placed into the CMake/cargo command).
 
@@ -229,9 +240,14 @@ def plan_build(
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: expected a positive number", hint=f"t4patch build {recipe.name} --jobs 4")
     chosen = _features(recipe, target, features)
+    if with_tests and not recipe.tests_argv:
+        raise UsageError(f"{recipe.name}'s recipe has no test build", hint=f"t4patch build {recipe.name}")
+    if ptx_only and target is None:
+        raise UsageError("--ptx-only needs a GPU architecture (it builds PTX for it); --arch cpu has none",
+                         hint=f"t4patch build {recipe.name} --arch 75 --ptx-only")
 
     base = (cwd or Path.cwd()).resolve()
-    suffix = CPU if target is None else "sm" + target.digits
+    suffix = CPU if target is None else "sm" + target.digits + ("-virtual" if ptx_only else "")
     out = (out if out is not None else base / "t4patch-build" / f"{recipe.name}-{suffix}")
     out = (base / out).resolve() if not out.is_absolute() else out.resolve()
     build_dir = out / recipe.build_dir
@@ -252,7 +268,7 @@ def plan_build(
         "source": str(source.path),
         "build": str(build_dir),
         "out": str(out),
-        "arch": "" if target is None else target.digits,
+        "arch": "" if target is None else target.digits + ("-virtual" if ptx_only else ""),
         "jobs": str(jobs),
         "nvcc": nvcc or "nvcc",
         "features": " ".join(chosen),
@@ -267,6 +283,8 @@ def plan_build(
     flags: dict[str, list[str]] = {}
     for template in recipe.steps:
         argv = _argv(template, values, target)
+        if with_tests:
+            argv += tuple(_fill(a, values) for a in recipe.tests_argv.get(template.name, ()))
         steps.append(PlannedStep(template.name, argv, Path(_fill(template.cwd, values)), dict(env), template.progress))
         flags[template.name] = list(argv[1:])
     return BuildPlan(
@@ -283,6 +301,8 @@ def plan_build(
         log_path=out / "build.log",
         record_path=out / "build-record.json",
         flags=flags,
+        with_tests=with_tests,
+        ptx_only=ptx_only,
     )
 
 

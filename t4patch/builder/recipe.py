@@ -73,6 +73,8 @@ class Recipe:
     feature_libraries: dict[str, tuple[str, ...]] = field(default_factory=dict)
     known_failures: tuple[KnownFailure, ...] = ()
     path: Path | None = None
+    tests_argv: dict[str, tuple[str, ...]] = field(default_factory=dict)  # step name -> extra args (--with-tests)
+    tests_files: tuple[str, ...] = ()  # artifacts of the test build
 
 
 def recipe_names() -> list[str]:
@@ -147,6 +149,8 @@ RECIPE_SCHEMA = Table(
             )
         ),
         "known_failure": optional(ListOf(Table({"pattern": Str(), "explanation": Str()}))),
+        # `t4patch build ... --with-tests`: extra arguments per step (by step name) and the test artifacts
+        "tests": optional(Table({"argv": MapOf(_STRINGS, nonempty=True), "files": _STRINGS})),
     }
 )
 
@@ -269,6 +273,17 @@ def parse_recipe(doc: dict[str, Any], origin: Path | None = None) -> Recipe:
     ):
         raise _fail(origin, "declares [features] but no step passes {features}")
 
+    tests = doc.get("tests", {})
+    tests_argv = {step_name: tuple(args) for step_name, args in tests.get("argv", {}).items()}
+    for step_name, args in tests_argv.items():
+        if step_name not in names:
+            raise _fail(origin, f"[tests].argv.{step_name}: no step of that name (steps: {', '.join(sorted(names))})")
+        _check_placeholders(origin, f"[tests].argv.{step_name}", args)
+    tests_files = tuple(tests.get("files", ()))
+    for pattern in tests_files:
+        if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
+            raise _fail(origin, f"[tests].files: {pattern!r} must be relative to the build directory")
+
     failures = []
     for i, raw in enumerate(doc.get("known_failure", []), start=1):
         pattern = raw["pattern"]
@@ -305,4 +320,6 @@ def parse_recipe(doc: dict[str, Any], origin: Path | None = None) -> Recipe:
         feature_libraries=feature_libraries,
         known_failures=tuple(failures),
         path=origin,
+        tests_argv=tests_argv,
+        tests_files=tests_files,
     )

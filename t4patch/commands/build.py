@@ -42,6 +42,11 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     parser.add_argument("--jobs", "-j", type=int, metavar="N", help="parallel compile jobs (default: all CPUs)")
     parser.add_argument("--out", metavar="DIR", type=Path,
                         help="output directory (default: ./t4patch-build/<engine>-sm<arch>)")
+    parser.add_argument("--with-tests", action="store_true",
+                        help="also build the engine's own test suite (llama.cpp: test-backend-ops, for t4patch verify llama.cpp)")
+    parser.add_argument("--ptx-only", action="store_true",
+                        help="PTX for the architecture only (CMake NN-virtual): a newer GPU then runs the Turing code "
+                        "through JIT; the build record says so")
     parser.add_argument("--dry-run", action="store_true", help="print the exact commands and environment; run nothing")
     add_json_option(parser)
     parser.set_defaults(func=run)
@@ -57,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.engine)
     nvcc = find_nvcc()
     plan = plan_build(recipe, arch=args.arch, jobs=args.jobs, out=args.out, ref=args.ref, source_dir=args.source,
-                      repository=args.repo, features=tuple(args.feature), nvcc=nvcc)
+                      repository=args.repo, features=tuple(args.feature), nvcc=nvcc,
+                      with_tests=args.with_tests, ptx_only=args.ptx_only)
     command_line = _command_line(args)
     if plan.source.mode == "reuse":
         from t4patch.builder.source import check_reused_clone
@@ -133,6 +139,9 @@ def _command_line(args: argparse.Namespace) -> str:
         parts += ["--arch", args.arch]
     for feature in args.feature:
         parts += ["--feature", feature]
+    for flag in ("with_tests", "ptx_only"):
+        if getattr(args, flag, False):
+            parts.append("--" + flag.replace("_", "-"))
     if getattr(args, "dry_run", False):
         parts.append("--dry-run")
     if getattr(args, "json", False):

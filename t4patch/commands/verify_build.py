@@ -90,4 +90,6 @@ def _record_rules(paths: list[Path]) -> tuple[str | None, tuple[str, ...], tuple
     if not build_dir.is_dir():  # the output directory was moved: the record's build dir is relative to it
         build_dir = paths[0] / recipe.build_dir
     cuda_files = tuple(Path(p).resolve() for pattern in recipe.cuda_artifacts for p in build_dir.glob(pattern))
-    return arch, recipe.require, cuda_files, recipe.name
+    # a --ptx-only build carries PTX by design: the recipe's SASS requirement does not apply to it
+    require = tuple(r for r in recipe.require if not (record.get("ptx_only") and r == "sass"))
+    return arch, require, cuda_files, recipe.name
