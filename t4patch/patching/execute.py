@@ -19,6 +19,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import shlex
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -149,7 +150,7 @@ def recover_journal(path: Path) -> Recovery:
         raise TargetEnvironmentError(
             f"finishing the interrupted commit in {path} failed ({exc.strerror or exc}: {exc.filename}); the "
             "journal is kept and every file it names is in its old or its new state, so no file is torn",
-            hint=f"fix the cause (free space, permissions), then run: t4patch status --site-packages {path.parent}",
+            hint=f"fix the cause (free space, permissions), then run: t4patch status --site-packages {shlex.quote(str(path.parent))}",
         ) from None
     note(recovery.line)
     return recovery
@@ -355,7 +356,7 @@ def _rename_all(journal: Journal, held: Held) -> None:
                 f"{_state_line(journal.entries)}; the intent journal {journal.roots[0] / jr.JOURNAL_NAME} is "
                 "kept, so the next t4patch command finishes or undoes the whole set",
                 hint=f"fix the cause (free space, permissions), then run: t4patch status --site-packages "
-                f"{journal.roots[0]}",
+                f"{shlex.quote(str(journal.roots[0]))}",
             ) from None
         held.outcome = "the commit failed and every file was put back to its previous bytes"
         raise TargetEnvironmentError(

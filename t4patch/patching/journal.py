@@ -21,6 +21,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,7 +151,7 @@ def _bad(path: Path, problem: str) -> TargetEnvironmentError:
     return TargetEnvironmentError(
         f"{path}: expected an intent journal written by t4patch, found {problem}; nothing was changed",
         hint=f"look at the file; if no t4patch run is active, move it away and run: t4patch status "
-        f"--site-packages {path.parent}",
+        f"--site-packages {shlex.quote(str(path.parent))}",
     )
 
 

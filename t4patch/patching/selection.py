@@ -12,6 +12,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from t4patch.engines import example_spec
+from t4patch.environment import suggest
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment
 from t4patch.errors import (
     NotInstalledError,
@@ -23,7 +24,7 @@ from t4patch.errors import (
 from t4patch.patching.manifest import PatchSet
 from t4patch.patching.options import planned_set
 from t4patch.patching.plan import Operation
-from t4patch.patching.registry import engines, find_patch_set
+from t4patch.patching.registry import engines, find_patch_set, supported_versions
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,16 @@ def parse_spec(spec: str) -> Requirement:
     return req
 
 
+def _install_hint(name: str, target: TargetEnvironment) -> str:
+    """Commands that work when pasted: install the newest release with a set there, then apply; or retarget."""
+    versions = supported_versions(name)
+    release = f"{name}=={versions[-1]}" if versions else name
+    return (
+        f"{target.pip_install()} {release} && {suggest.command(target, 'apply', release)}, or point t4patch at the "
+        "serving environment with --python /path/to/venv/bin/python"
+    )
+
+
 def select(spec: str, target: TargetEnvironment) -> Selection:
     """Resolve ``spec`` in ``target``: installed, version matching the spec, and a shipped patch set."""
     req = parse_spec(spec)
@@ -75,7 +86,7 @@ def select(spec: str, target: TargetEnvironment) -> Selection:
     if dist is None:
         raise NotInstalledError(
             f"{name} is not installed in {target.description}",
-            hint="install it there first, or point t4patch at the serving environment with --python EXE",
+            hint=_install_hint(name, target),
         )
     check_single_install(dist)
     try:

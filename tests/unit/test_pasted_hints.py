@@ -195,3 +195,15 @@ def test_unsupported_release_advice_is_the_full_install_or_a_port(awkward_env, t
     hint = result.err.split("next: ", 1)[1]
     assert "pip install fakeengine==1.2.0" in hint and "--no-deps fakeengine" not in hint
     assert "t4patch port fakeengine==1.3.0 --from fakeengine==1.2.0" in hint
+
+
+def test_apply_where_the_engine_is_not_installed_suggests_the_commands(awkward_env, tmp_path, cli):
+    empty = tmp_path / "empty site"
+    empty.mkdir()
+    result = cli("apply", "fakeengine", "--site-packages", str(empty))
+    assert result.code == 4
+    hint = result.err.split("next: ", 1)[1]
+    install, _, rest = hint.partition(" && ")
+    assert shlex.split(install) == ["pip", "install", "--upgrade", "--target", str(empty.resolve()), "fakeengine==1.2.0"]
+    apply_command = rest.split(", or ")[0]
+    assert shlex.split(apply_command) == ["t4patch", "apply", "fakeengine==1.2.0", "--site-packages", str(empty.resolve())]
