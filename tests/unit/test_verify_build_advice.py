@@ -35,3 +35,11 @@ def test_build_without_target_code_is_told_to_rebuild(tmp_path):
     )
     other = advice([("b", summary)], 75, None)
     assert "with sm_75 in its CUDA architecture list" in other and "t4patch build" not in other
+
+
+def test_a_hopper_only_library_is_not_told_to_rebuild(tmp_path):
+    summary = cuda_architectures(library(tmp_path / "h.fatbin", (90,), (90, 100)))
+    gaps = container_gaps(summary, 75)
+    assert (gaps.with_target, gaps.newer_only) == (0, 2) and gaps.only_architecture_specific
+    text = advice([("flashmla.so", summary)], 75, None)
+    assert "Nothing to rebuild" in text and "Rebuild" not in text

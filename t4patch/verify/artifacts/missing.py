@@ -27,8 +27,11 @@ class ContainerGaps:
 
     @property
     def only_architecture_specific(self) -> bool:
-        """Every gap is code that needs a newer GPU by design (rebuilding for the target cannot add it)."""
-        return self.with_target > 0 and self.ptx_only == 0 and self.newer_only + self.ampere_class > 0
+        """Every gap is code that needs a newer GPU by design (rebuilding for the target cannot add it): some
+        translation units have target code, or the whole library is Hopper/Blackwell-only."""
+        if self.ptx_only or not self.newer_only + self.ampere_class:
+            return False
+        return self.with_target > 0 or self.ampere_class == 0
 
     def summary(self) -> str:
         t = f"sm_{self.target}"
@@ -70,8 +73,8 @@ def advice(files: list[tuple[str, FatbinSummary]], target: int, rebuild: str | N
         return f"rebuild for this architecture: {rebuild}"
     if released and len(released) == len(gaps):
         return (
-            "; ".join(released) + f". Nothing to rebuild: the sm_{target} code is there, the rest needs newer GPUs by "
-            "design; check that the engine does not select it: t4patch doctor, t4patch verify attention"
+            "; ".join(released) + f". Nothing to rebuild: what has no sm_{target} code needs newer GPUs by design; "
+            "check that the engine does not select it on this GPU: t4patch doctor, t4patch verify attention"
         )
     return (
         "; ".join(f"{name}: {g.summary()}" for name, g in gaps)
