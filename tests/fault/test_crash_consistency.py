@@ -689,3 +689,28 @@ def test_recovery_needing_rights_this_user_lacks_is_one_line(synthetic_env: Engi
     assert result.code == 3, result.stderr
     assert result.stderr.count("\n") == 1 and "interrupted apply" in result.stderr and "journal" in result.stderr
     assert synthetic_env.state(site) == before and (site / ".t4patch-journal.json").exists()
+
+
+def test_concurrent_apply_revert_race_with_kills(synthetic_env: Engine, trial_tmp: Path) -> None:
+    """Twelve processes apply and revert at once while some are SIGKILLed mid-run: every run that finishes
+    succeeds, and after the next command the set is whole with nothing left behind."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    site = fresh(synthetic_env, "apply", trial_tmp / "site")
+    rng = random.Random(5)
+    figures = Figures(f"{synthetic_env.spec}: 12 concurrent apply/revert runs, 4 SIGKILLed, x3 rounds")
+    for round_ in range(3):
+        procs = [subprocess.Popen([sys.executable, "-m", "t4patch", "apply" if i % 2 else "revert",
+                                   synthetic_env.name, "--site-packages", str(site)], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for i in range(12)]
+        victims = rng.sample(procs, 4)
+        time.sleep(rng.uniform(0.2, 0.6))
+        for proc in victims:
+            proc.kill()
+        for proc in procs:
+            _, err = proc.communicate(timeout=120)
+            figures.trials += 1
+            if proc not in victims and proc.returncode != 0:
+                figures.failures.append(f"round {round_}: a run exited {proc.returncode}: {err.strip()[-200:]}")
+        next_command(synthetic_env, site, f"round {round_}", figures)
+    figures.report()
