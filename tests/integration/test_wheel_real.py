@@ -155,7 +155,9 @@ def test_the_fleet_example_installs_into_a_fresh_venv(wheels: Path, tmp_path: Pa
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     progress(f"install-patched-wheels {' '.join(specs)} into a fresh venv ...")
     proc = subprocess.run(["sh", str(SCRIPT), str(wheels), *specs], capture_output=True, text=True,
-                          env={**os.environ, "PYTHON": str(venv / "bin" / "python"),
+                          # The image byte-compiles vLLM's modules; the test need not. pip reads a "no-" option's
+                          # environment value inverted: PIP_NO_COMPILE=0 is --no-compile (checked with pip 26.3).
+                          env={**os.environ, "PIP_NO_COMPILE": "0", "PYTHON": str(venv / "bin" / "python"),
                                "T4PATCH": str(Path(sys.executable).parent / "t4patch")})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert all(f"{by_spec[spec].distribution} {_BUILT[spec].version}: applied" in proc.stdout for spec in specs), (
