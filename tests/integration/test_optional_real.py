@@ -1,9 +1,10 @@
-"""The optional diff ``decode-sliding-window`` of SGLang 0.5.23 end to end on the real released wheel.
+"""The optional diff ``decode-sliding-window`` of SGLang end to end on the real released wheels.
 
 apply --with on a pristine install and on one with the default set applied (then only the option's files are
 written), status in text and --json, status --check with and without --with, a plain apply keeping it, revert
 giving back every RECORD sha256; and ``t4patch wheel --with``: another label than the plain wheel, and an
-install from it (pip --no-deps --target) that status reports as applied with the option on.
+install from it (pip --no-deps --target) that status reports as applied with the option on. The apply/status/
+revert tests run for every shipped SGLang set (0.5.21, 0.5.22, 0.5.23), the wheel test for 0.5.23.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 
 from t4patch.environment.target import resolve_target
 from t4patch.fileio.hashing import sha256_file
-from t4patch.patching.registry import find_patch_set
+from t4patch.patching.registry import all_patch_sets, find_patch_set
 from t4patch.patching.wheel import build_patched_wheel
 from tests.helpers import extracted_wheel, install_wheel_to, progress, site_from_extracted, wheel_path
 
@@ -24,19 +25,22 @@ pytestmark = pytest.mark.integration
 
 ENGINE, VERSION, OPTION = "sglang", "0.5.23", "decode-sliding-window"
 SPEC = f"{ENGINE}=={VERSION}"
+RELEASES = [ps.version for ps in all_patch_sets() if ps.distribution == ENGINE and OPTION in ps.option_names]
 
 
-@pytest.fixture
-def ps(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+def test_every_shipped_sglang_set_carries_the_option() -> None:
+    assert VERSION in RELEASES and len(RELEASES) == 3, RELEASES
+
+
+@pytest.fixture(params=RELEASES)
+def ps(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("T4PATCH_PATCHES", raising=False)  # the shipped sets
-    patch_set = find_patch_set(ENGINE, VERSION)
-    assert OPTION in patch_set.option_names
-    return patch_set
+    return find_patch_set(ENGINE, request.param)
 
 
 @pytest.fixture
-def site(ps, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
-    tree = extracted_wheel(wheel_path(ENGINE, VERSION))
+def site(ps, tmp_path: Path) -> Path:
+    tree = extracted_wheel(wheel_path(ENGINE, ps.version))
     return site_from_extracted(tree, tmp_path / "site", [t.path for t in ps.targets + ps.optional_targets])
 
 
@@ -49,29 +53,29 @@ def record_mismatches(site: Path) -> list[str]:
                   and sha256_file(site / rel) != digest)
 
 
-def engine_doc(cli, site: Path, *extra: str) -> dict:  # type: ignore[no-untyped-def, type-arg]
+def engine_doc(cli, site: Path, *extra: str) -> dict:
     result = cli("status", ENGINE, "--json", *extra, "--site-packages", str(site))
     (engine,) = json.loads(result.out)["engines"]
     return engine
 
 
-def test_apply_with_status_check_and_revert_on_the_real_wheel(ps, site: Path, cli) -> None:  # type: ignore[no-untyped-def]
-    at = ["--site-packages", str(site)]
+def test_apply_with_status_check_and_revert_on_the_real_wheel(ps, site: Path, cli) -> None:
+    at, spec = ["--site-packages", str(site)], ps.spec
     option_paths = [t.path for t in ps.optional_targets]
     assert record_mismatches(site) == []
 
-    assert cli("apply", SPEC, *at).code == 0
+    assert cli("apply", spec, *at).code == 0
     assert cli("status", "--check", *at).code == 0  # the default set is what --check needs
     off = engine_doc(cli, site)
     assert off["state"] == "applied" and [(o["name"], o["state"]) for o in off["options"]] == [(OPTION, "not-applied")]
     assert cli("status", "--check", "--with", OPTION, *at).code == 9
 
     default_bytes = {t.path: (site / t.path).read_bytes() for t in ps.targets}
-    dry = cli("apply", SPEC, "--with", OPTION, "--dry-run", *at)
+    dry = cli("apply", spec, "--with", OPTION, "--dry-run", *at)
     assert dry.code == 0 and dry.out.count("+++ b/") == len(option_paths)
-    result = cli("apply", SPEC, "--with", OPTION, *at)
+    result = cli("apply", spec, "--with", OPTION, *at)
     assert result.code == 0, result.err
-    assert f"{SPEC} with {OPTION}: applied, {len(option_paths)} file(s) written" in result.out
+    assert f"{spec} with {OPTION}: applied, {len(option_paths)} file(s) written" in result.out
     assert {t.path: (site / t.path).read_bytes() for t in ps.targets} == default_bytes  # untouched
     for target in ps.targets + ps.optional_targets:
         assert sha256_file(site / target.path) == target.patched_sha256, target.path
@@ -83,7 +87,7 @@ def test_apply_with_status_check_and_revert_on_the_real_wheel(ps, site: Path, cl
     assert option["state"] == "applied" and [f["path"] for f in option["files"]] == option_paths
     assert on["record"]["options"] == [OPTION]
     text = cli("status", ENGINE, *at).out
-    assert f"optional {OPTION}: applied" in text and f"record: {SPEC} with {OPTION} applied" in text
+    assert f"optional {OPTION}: applied" in text and f"record: {spec} with {OPTION} applied" in text
 
     plain = cli("apply", ENGINE, *at)
     assert plain.code == 0 and f"optional {OPTION} was already applied and is left applied" in plain.out
@@ -96,9 +100,9 @@ def test_apply_with_status_check_and_revert_on_the_real_wheel(ps, site: Path, cl
     assert cli("status", "--check", *at).code == 9
 
 
-def test_apply_with_on_a_pristine_real_install_then_revert(ps, site: Path, cli) -> None:  # type: ignore[no-untyped-def]
-    at = ["--site-packages", str(site)]
-    result = cli("apply", SPEC, "--with", OPTION, *at)
+def test_apply_with_on_a_pristine_real_install_then_revert(ps, site: Path, cli) -> None:
+    at, spec = ["--site-packages", str(site)], ps.spec
+    result = cli("apply", spec, "--with", OPTION, *at)
     assert result.code == 0, result.err
     assert f"{len(ps.targets) + len(ps.optional_targets)} file(s) written" in result.out
     assert cli("status", "--check", "--with", OPTION, *at).code == 0
@@ -106,7 +110,8 @@ def test_apply_with_on_a_pristine_real_install_then_revert(ps, site: Path, cli) 
     assert record_mismatches(site) == []
 
 
-def test_wheel_with_the_option_installs_as_applied(ps, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("ps", [VERSION], indirect=True)
+def test_wheel_with_the_option_installs_as_applied(ps, tmp_path: Path, cli) -> None:
     release = wheel_path(ENGINE, VERSION)
     progress(f"t4patch wheel {SPEC} and {SPEC} --with {OPTION} ...")
     plain = build_patched_wheel(SPEC, out_dir=tmp_path / "plain", from_wheel=release)

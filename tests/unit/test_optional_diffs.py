@@ -46,22 +46,22 @@ def at(env: Env) -> list[str]:
     return ["--site-packages", str(env.site)]
 
 
-def texts(env: Env) -> tuple[str, str, str]:
-    return tuple(env.file(f"fakeengine/{n}.py").read_text() for n in ("kernel", "config", "extra"))  # type: ignore[return-value]
+def texts(env: Env) -> tuple[str, ...]:
+    return tuple(env.file(f"fakeengine/{n}.py").read_text() for n in ("kernel", "config", "extra"))
 
 
-def record(env: Env) -> dict:  # type: ignore[type-arg]
+def record(env: Env) -> dict:
     return json.loads((env.site / RECORD_FILE).read_text())
 
 
-def status_doc(cli, env: Env) -> dict:  # type: ignore[no-untyped-def, type-arg]
+def status_doc(cli, env: Env) -> dict:
     result = cli("status", "fakeengine", "--json", *at(env))
     assert result.code == 0, result.err
     (engine,) = json.loads(result.out)["engines"]
     return engine
 
 
-def test_a_plain_apply_leaves_the_option_off(opt_env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_plain_apply_leaves_the_option_off(opt_env: Env, cli) -> None:
     result = cli("apply", "fakeengine", *at(opt_env))
     assert result.code == 0, result.err
     assert "fakeengine==1.2.0: applied, 2 file(s) written" in result.out
@@ -83,7 +83,7 @@ def test_a_plain_apply_leaves_the_option_off(opt_env: Env, cli) -> None:  # type
     assert f"t4patch apply fakeengine==1.2.0 --with {OPTION}" in strict.err
 
 
-def test_apply_with_on_an_applied_install_writes_only_the_option_files(opt_env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_apply_with_on_an_applied_install_writes_only_the_option_files(opt_env: Env, cli) -> None:
     assert cli("apply", "fakeengine", *at(opt_env)).code == 0
     kernel_inode = opt_env.file("fakeengine/kernel.py").stat().st_ino
     before = opt_env.snapshot()
@@ -112,7 +112,7 @@ def test_apply_with_on_an_applied_install_writes_only_the_option_files(opt_env: 
     assert opt_env.snapshot() == after
 
 
-def test_apply_with_on_a_pristine_install_applies_everything_at_once(opt_env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_apply_with_on_a_pristine_install_applies_everything_at_once(opt_env: Env, cli) -> None:
     result = cli("apply", "fakeengine==1.2.0", "--with", OPTION, "--json", *at(opt_env))
     assert result.code == 0, result.err
     (entry,) = json.loads(result.out)["results"]
@@ -122,7 +122,7 @@ def test_apply_with_on_a_pristine_install_applies_everything_at_once(opt_env: En
     assert texts(opt_env) == (KERNEL_PATCHED, CONFIG_PATCHED, EXTRA_PATCHED)
 
 
-def test_a_plain_apply_keeps_an_applied_option_and_says_so(opt_env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_plain_apply_keeps_an_applied_option_and_says_so(opt_env: Env, cli) -> None:
     assert cli("apply", "fakeengine", "--with", OPTION, *at(opt_env)).code == 0
     everything = opt_env.snapshot()
     noop = cli("apply", "fakeengine", *at(opt_env))
@@ -141,7 +141,7 @@ def test_a_plain_apply_keeps_an_applied_option_and_says_so(opt_env: Env, cli) ->
     assert record(opt_env)["options"] == [OPTION]  # the rewritten record still names the option that is on
 
 
-def test_dry_run_with_prints_only_the_option_diff_and_writes_nothing(opt_env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_dry_run_with_prints_only_the_option_diff_and_writes_nothing(opt_env: Env, cli) -> None:
     assert cli("apply", "fakeengine", *at(opt_env)).code == 0
     before = opt_env.snapshot()
     result = cli("apply", "fakeengine", "--with", OPTION, "--dry-run", *at(opt_env))
@@ -152,7 +152,7 @@ def test_dry_run_with_prints_only_the_option_diff_and_writes_nothing(opt_env: En
     assert opt_env.snapshot() == before
 
 
-def test_revert_takes_back_every_file_t4patch_patched_options_included(opt_env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_revert_takes_back_every_file_t4patch_patched_options_included(opt_env: Env, cli) -> None:
     pristine = opt_env.snapshot()
     assert cli("apply", "fakeengine", "--with", OPTION, *at(opt_env)).code == 0
     result = cli("revert", "fakeengine", *at(opt_env))
@@ -165,7 +165,7 @@ def test_revert_takes_back_every_file_t4patch_patched_options_included(opt_env: 
     assert again.code == 0 and "fakeengine==1.2.0: already pristine, nothing to do" in again.out
 
 
-def test_revert_after_a_plain_apply_leaves_an_untouched_option_file_alone(opt_env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_revert_after_a_plain_apply_leaves_an_untouched_option_file_alone(opt_env: Env, cli) -> None:
     """An option none of whose files is patched is not t4patch's to revert, even if its file was edited."""
     assert cli("apply", "fakeengine", *at(opt_env)).code == 0
     opt_env.file("fakeengine/extra.py").write_text("WINDOW = 7  # edited by hand\n")
@@ -179,7 +179,7 @@ def test_revert_after_a_plain_apply_leaves_an_untouched_option_file_alone(opt_en
     assert strict.code == NotAppliedError.exit_code and "reinstall" in strict.err.lower()
 
 
-def test_apply_with_refuses_a_foreign_option_file_and_writes_nothing(opt_env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_apply_with_refuses_a_foreign_option_file_and_writes_nothing(opt_env: Env, cli) -> None:
     opt_env.file("fakeengine/extra.py").write_text("WINDOW = 7\n")
     before = opt_env.snapshot()
     result = cli("apply", "fakeengine", "--with", OPTION, *at(opt_env))
@@ -190,7 +190,7 @@ def test_apply_with_refuses_a_foreign_option_file_and_writes_nothing(opt_env: En
     assert plain.code == 0 and texts(opt_env)[:2] == (KERNEL_PATCHED, CONFIG_PATCHED)
 
 
-def test_an_unknown_with_name_is_a_one_line_usage_error(opt_env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_with_name_is_a_one_line_usage_error(opt_env: Env, cli) -> None:
     before = opt_env.snapshot()
     for argv in (("apply", "fakeengine", "--with", "small-windw"),
                  ("apply", "fakeengine", "--with", OPTION, "--with", "nope", "--dry-run")):
@@ -205,7 +205,7 @@ def test_an_unknown_with_name_is_a_one_line_usage_error(opt_env: Env, cli) -> No
     assert no_check.code == UsageError.exit_code and "expected --check" in no_check.err
 
 
-def test_with_applies_to_the_selected_sets_that_have_the_option(opt_env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_with_applies_to_the_selected_sets_that_have_the_option(opt_env: Env, cli) -> None:
     """Two engines, one of whose sets has the option: --with turns it on there; naming only the other is an error."""
     make_dist(opt_env.site, name="otherengine")
     make_patch_set(opt_env.patches, name="otherengine")
