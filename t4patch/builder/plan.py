@@ -82,8 +82,9 @@ class PlannedStep:
     def shell(self) -> str:
         """The step as one copy-pasteable shell line (cd + env + command); a StepOutput shows as a placeholder."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        cmd = " || ".join(_shown(argv) for argv in self.commands())
-        return f"(cd {shlex.quote(str(self.cwd))} && {env + ' ' if env else ''}{cmd})"
+        # Each alternative of a lookup gets the environment: in `A=1 a || b` it would reach `a` only.
+        cmd = " || ".join(f"{env + ' ' if env else ''}{_shown(argv)}" for argv in self.commands())
+        return f"(cd {shlex.quote(str(self.cwd))} && {cmd})"
 
     def to_dict(self) -> dict[str, object]:
         doc: dict[str, object] = {"name": self.name, "argv": [_arg(a) for a in self.argv], "cwd": str(self.cwd),

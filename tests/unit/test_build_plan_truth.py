@@ -158,3 +158,15 @@ def test_dry_run_text_shows_the_lookup_and_where_the_checkout_commit_comes_from(
     text = plan.render()
     assert f"[2/5] {RESOLVE_STEP}: " in text and " || " in text and "refs/tags/v1^{commit}" in text
     assert "[3/5] checkout: " in text and PLACEHOLDER in text
+
+
+@needs_git
+def test_the_lookup_shell_line_runs_as_shown(tmp_path: Path, upstream: tuple[str, str, str]) -> None:
+    """The dry run's shell line of resolve-ref, pasted into sh after the clone, prints the commit the run uses."""
+    url, tagged, _ = upstream
+    plan = plan_build(fake_recipe(tmp_path), ref="v1", repository=url, out=tmp_path / "out")
+    plan.steps[0].cwd.mkdir(parents=True)  # as the runner does
+    subprocess.run(plan.steps[0].bind({}), cwd=plan.steps[0].cwd, check=True, capture_output=True)
+    line = plan.steps[1].shell()
+    assert line.count("GIT_TERMINAL_PROMPT=0") == len(plan.steps[1].lookup)
+    assert subprocess.run(["sh", "-c", line], capture_output=True, text=True).stdout.strip() == tagged
