@@ -32,6 +32,11 @@ from typing import Any
 OPS_MODULE = "vllm.v1.attention.ops.triton_unified_attention"
 BACKEND_FILE = "vllm/v1/attention/backends/triton_attn.py"
 BACKEND_CONSTANTS = ("MIN_LAUNCH_GRID_SIZE_2D", "NUM_PAR_SOFTMAX_SEGMENTS")
+# --kv-cache-dtype values a case may name, and the attention kernel each one launches: "auto" runs the core
+# kernel; int4_per_token_head makes unified_attention() hand off to unified_attention_int4()
+# (vllm/v1/attention/ops/int4_per_token_head.py), whose kernel is _attn_packed.
+KV_CACHE_DTYPES = ("auto", "int4_per_token_head")
+MAIN_KERNEL = {"auto": "kernel_unified_attention", "int4_per_token_head": "_attn_packed"}
 
 
 class EngineCodeMismatch(RuntimeError):
@@ -130,18 +135,42 @@ class VllmDriver:
         num_seqs, qlen, ctx = case["num_seqs"], case["query_len"], case["context_len"]
         blocks_per_seq = -(-ctx // block)
 
+        kv_dtype = case.get("kv_cache_dtype", "auto")
+        if kv_dtype not in KV_CACHE_DTYPES:
+            raise EngineCodeMismatch(
+                f"case {case['name']}: expected kv_cache_dtype one of {', '.join(KV_CACHE_DTYPES)}, found {kv_dtype!r}"
+            )
         q = on_device(torch.empty(num_seqs * qlen, heads, head, dtype=dtype))
         out = on_device(torch.empty_like(q))
-        # Physical cache (blocks, block_size, kv_heads, 2*head) seen in vLLM's logical (B, H, N, 2*hs) order,
-        # then exactly what TritonAttentionImpl.forward does: transpose(1, 2) and split K | V.
-        physical = on_device(torch.empty(blocks_per_seq + 1, block, kv_heads, 2 * head, dtype=dtype))
-        kv_cache = physical.permute(0, 2, 1, 3).transpose(1, 2)
-        key_cache, value_cache = kv_cache.split(head, dim=-1)
+        k_scale_cache = v_scale_cache = None
+        quant_mode: Any = None
+        if kv_dtype == "auto":
+            # Physical cache (blocks, block_size, kv_heads, 2*head) seen in vLLM's logical (B, H, N, 2*hs) order,
+            # then exactly what TritonAttentionImpl.forward does: transpose(1, 2) and split K | V.
+            physical = on_device(torch.empty(blocks_per_seq + 1, block, kv_heads, 2 * head, dtype=dtype))
+            kv_cache = physical.permute(0, 2, 1, 3).transpose(1, 2)
+            key_cache, value_cache = kv_cache.split(head, dim=-1)
+        else:
+            # int4_per_token_head: uint8 cache (STR_DTYPE_TO_TORCH_DTYPE), two nibbles a byte, each K and V half
+            # followed by one fp32 scale (TritonAttentionBackend.customize_spec: padded half = head/2 + 4 B).
+            # TritonAttentionImpl.forward: _pth_key_value_caches (transpose(1, 2), split at the padded half) and
+            # _ensure_scale_caches (strided fp32 views over the scale bytes); q/k/v descales are None.
+            interface = importlib.import_module("vllm.v1.kv_cache_interface")
+            quant_mode = interface.KVQuantMode.INT4_PER_TOKEN_HEAD
+            padded = head // 2 + 4
+            physical = on_device(torch.empty(blocks_per_seq + 1, block, kv_heads, 2 * padded, dtype=torch.uint8))
+            kv_cache = physical.permute(0, 2, 1, 3)
+            key_cache, value_cache = kv_cache.transpose(1, 2).split(padded, dim=-1)
+            base = torch.empty(0, dtype=torch.float32).set_(physical.untyped_storage())
+            strides = [st // 4 for st in kv_cache.stride()]  # bytes -> fp32 units, as _ensure_scale_caches
+            size, stride = (blocks_per_seq + 1, block, kv_heads), (strides[0], strides[2], strides[1])
+            k_scale_cache = on_device(torch.as_strided(base, size, stride, (head // 2) // 4))
+            v_scale_cache = on_device(torch.as_strided(base, size, stride, (padded + head // 2) // 4))
         cu_seqlens_q = on_device(torch.arange(num_seqs + 1, dtype=torch.int32) * qlen)
         seqused_k = on_device(torch.full((num_seqs,), ctx, dtype=torch.int32))
         block_table = on_device(torch.arange(blocks_per_seq, dtype=torch.int32).repeat(num_seqs, 1))
         scale = on_device(torch.ones(1, dtype=torch.float32))
-        descale = scale.expand((num_seqs, kv_heads))
+        descale = scale.expand((num_seqs, kv_heads)) if kv_dtype == "auto" else None
 
         # TritonAttentionMetadataBuilder.__init__: threshold and scratch (no speculative decoding: 1 token each).
         threshold = self.constants["MIN_LAUNCH_GRID_SIZE_2D"] // kv_heads
@@ -184,16 +213,16 @@ class VllmDriver:
             mm_prefix_range=None,
             rswa_prefix_lens=None,
             rswa_window=None,
-            k_scale_cache=None,
-            v_scale_cache=None,
+            k_scale_cache=k_scale_cache,
+            v_scale_cache=v_scale_cache,
             chunk_lookback=-1,
             use_td=False,  # VLLM_TRITON_USE_TD unset: tensor descriptors only on XPU
             mm_prefix_clamp_sliding_window=False,
+            **({"kv_quant_mode": quant_mode} if quant_mode is not None else {}),
         )
         launches = recorded[start:]
-        main = [l for l in launches if l.kernel == "kernel_unified_attention"]
+        kernel = MAIN_KERNEL[kv_dtype]
+        main = [l for l in launches if l.kernel == kernel]
         if len(main) != 1:
-            raise EngineCodeMismatch(
-                f"expected one kernel_unified_attention launch, found {[l.kernel for l in launches]}"
-            )
+            raise EngineCodeMismatch(f"expected one {kernel} launch, found {[l.kernel for l in launches]}")
         return "3d" if main[0].constexprs.get("IS_3D") else "2d"

@@ -66,6 +66,10 @@ class Case:
     query_len: int
     context_len: int
     path: str  # the code path the engine must take
+    kv_cache_dtype: str = "auto"  # the engine's --kv-cache-dtype; which values a driver takes: its module
+    # A RuntimeError whose message starts with this is the (patched) engine refusing a launch that cannot fit,
+    # clearly and before Triton would: reported as REFUSED, not as a failure. "" accepts no refusal.
+    accepted_refusal: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -75,6 +79,9 @@ class Case:
             "query_len": self.query_len,
             "context_len": self.context_len,
             "path": self.path,
+            # only when set: reports of the default-dtype cases stay as they were
+            **({"kv_cache_dtype": self.kv_cache_dtype} if self.kv_cache_dtype != "auto" else {}),
+            **({"accepted_refusal": self.accepted_refusal} if self.accepted_refusal else {}),
         }
 
 
@@ -147,6 +154,10 @@ CASES_SCHEMA = Table(
                                 "query_len": Int(),
                                 "context_len": Int(),
                                 "path": Str(),
+                                # --kv-cache-dtype of the launch (default "auto"); the driver refuses others
+                                "kv_cache_dtype": optional(Str()),
+                                # start of the clear RuntimeError a patched launcher raises instead of a misfit
+                                "accepted_refusal": optional(Str()),
                             }
                         ),
                         nonempty=True,
@@ -256,9 +267,17 @@ def _load_engine(key: str, entry: dict[str, Any], model: Model, path: Path) -> E
             query_len=_int(raw, "query_len", path, cwhere),
             context_len=_int(raw, "context_len", path, cwhere),
             path=raw["path"],
+            kv_cache_dtype=raw.get("kv_cache_dtype", "auto"),
+            accepted_refusal=raw.get("accepted_refusal", ""),
         )
         if case.phase == "decode" and case.query_len != 1:
             raise _fail(path, f"{cwhere}: a decode case has query_len 1, found {case.query_len}")
+        if not _NAME.match(case.kv_cache_dtype):
+            raise _fail(path, f"{cwhere}.kv_cache_dtype: expected a --kv-cache-dtype value like \"auto\", "
+                              f"found {case.kv_cache_dtype!r}")
+        if case.accepted_refusal and not case.accepted_refusal.startswith("t4patch: "):
+            raise _fail(path, f"{cwhere}.accepted_refusal: expected the start of a t4patch error (\"t4patch: ...\"), "
+                              f"found {case.accepted_refusal!r}")
         if case.context_len < case.query_len:
             raise _fail(path, f"{cwhere}: context_len {case.context_len} < query_len {case.query_len}")
         cases.append(case)

@@ -59,10 +59,20 @@ class CaseResult:
     path: str | None
     error: str | None
     kernels: tuple[KernelResult, ...]
+    accepted_refusal: str = ""  # the case table's: a clear refusal starting with it is not a failure
+
+    @property
+    def refused(self) -> str | None:
+        """The patched engine's own clear refusal of this launch (accepted by the case table), if that is the error."""
+        if self.error and self.accepted_refusal and self.error.startswith(f"RuntimeError: {self.accepted_refusal}"):
+            return self.error.removeprefix("RuntimeError: ")
+        return None
 
     @property
     def problems(self) -> tuple[str, ...]:
         found = []
+        if self.refused:
+            return ()  # launched nothing, on purpose: the engine said why
         if self.error:
             found.append(f"did not compile: {self.error}")
         elif self.path != self.expected_path:
@@ -89,6 +99,7 @@ class CaseResult:
             "error": self.error,
             "ok": self.ok,
             "problems": list(self.problems),
+            **({"refused": self.refused} if self.refused else {}),
             "kernels": [k.to_json() for k in self.kernels],
         }
 
@@ -177,7 +188,8 @@ class AttentionReport:
             tiles: list[str] = []
             for c in engine.cases:
                 if not c.kernels:
-                    rows.append((c.layer, c.head_size, c.case, c.path or "-", "-", "-", "-", "-", "-", "FAIL"))
+                    result = "REFUSED" if c.refused else "FAIL"
+                    rows.append((c.layer, c.head_size, c.case, c.path or "-", "-", "-", "-", "-", "-", result))
                     tiles.append("")
                 for k in c.kernels:
                     rows.append(
@@ -210,6 +222,8 @@ class AttentionReport:
             for c in engine.cases:
                 for problem in c.problems:
                     lines += _wrapped(f"FAIL {c.layer}/{c.case}: {problem}", "  ")
+                if c.refused:
+                    lines += _wrapped(f"REFUSED {c.layer}/{c.case} (clearly, before launch): {c.refused}", "  ")
             for note in engine.notes:
                 lines += _wrapped(f"note: {note}", "  ")
             spilling = [(k.spills or 0, c, k) for c in engine.cases for k in c.kernels if k.spills]
@@ -224,10 +238,12 @@ class AttentionReport:
                 )
         total = sum(len(e.cases) for e in self.engines)
         failed = len(self.failures())
+        refused = sum(1 for e in self.engines for c in e.cases if c.refused)
         lines.append("")
         lines.append(
-            f"{total - failed} of {total} cases fit {self.arch.name}"
+            f"{total - failed - refused} of {total} cases fit {self.arch.name}"
             + ("" if not failed else f"; {failed} do not")
+            + ("" if not refused else f"; {refused} refused clearly by the patched engine (cannot fit at any tile)")
             + " (spills: 32-bit words of per-thread local memory, as Triton's n_spills)"
         )
         return "\n".join(lines)
@@ -286,6 +302,7 @@ def case_results(
                     path=record.get("path"),
                     error=record.get("error"),
                     kernels=kernel_results(record.get("launches", []), engine, arch),
+                    accepted_refusal=case.accepted_refusal,
                 )
             )
     return tuple(out)
