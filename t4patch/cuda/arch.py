@@ -86,7 +86,6 @@ class Arch:
 GPU_TABLE = DataKind(
     label="GPU architecture table",
     error=DataFileError,
-    hint="this shipped data file is broken; reinstall t4patch (pip install --force-reinstall t4patch)",
 )
 _SCHEMA = Table({
     "schema": Int(),

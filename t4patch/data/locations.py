@@ -9,8 +9,14 @@ data is a :class:`PatchSetError`; missing ``builders/`` or ``verify/`` data a :c
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import shlex
+import sys
+from importlib import metadata
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from t4patch.errors import DataFileError, PatchSetError
 
@@ -37,5 +43,30 @@ def data_dir(kind: str) -> Path:
     error = PatchSetError if kind == "patches" else DataFileError
     raise error(
         f"t4patch's {kind}/ data is missing (looked in {_PACKAGE_DIR / '_data'} and {_PACKAGE_DIR.parent})",
-        hint="reinstall t4patch: pip install --force-reinstall t4patch",
+        hint=reinstall_hint(),
     )
+
+
+@functools.cache
+def reinstall_hint() -> str:
+    """The command that puts t4patch's own shipped files back, for the way this t4patch was installed.
+
+    t4patch is installed from a checkout or a built wheel (it is not on PyPI), so "pip install t4patch" would
+    not work. PEP 610's direct_url.json says where the install came from: a checkout installed editable gets
+    its data back from git, a wheel or a directory is reinstalled from the same place.
+    """
+    python = shlex.quote(sys.executable)
+    try:
+        raw = metadata.distribution("t4patch").read_text("direct_url.json")
+        origin = json.loads(raw) if raw else {}
+    except (metadata.PackageNotFoundError, ValueError):
+        origin = {}
+    url = origin.get("url", "") if isinstance(origin, dict) else ""
+    path = unquote(urlparse(url).path) if url.startswith("file://") else ""
+    editable = isinstance(origin, dict) and bool((origin.get("dir_info") or {}).get("editable"))
+    checkout = Path(path) if editable else _PACKAGE_DIR.parent
+    if (editable or not path) and (checkout / ".git").exists():
+        return f"restore the shipped data from git: git -C {shlex.quote(str(checkout))} checkout -- {' '.join(DATA_KINDS)}"
+    if path:
+        return f"reinstall t4patch from where it came: {python} -m pip install --force-reinstall --no-deps {shlex.quote(path)}"
+    return "reinstall t4patch the way it was installed (from its repository checkout or a built wheel)"

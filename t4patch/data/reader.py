@@ -35,11 +35,17 @@ class DataKind:
 
     label: str  # "patch-set manifest", "build recipe", ...
     error: type[T4PatchError]
-    hint: str
+    hint: str | None = None  # None: a file shipped with t4patch, so the fix is to put t4patch's own files back
 
     def fail(self, path: Path | str | None, problem: str) -> T4PatchError:
         where = f" {path}" if path is not None else ""
-        return self.error(f"invalid {self.label}{where}: {problem}", hint=self.hint)
+        return self.error(f"invalid {self.label}{where}: {problem}", hint=self.hint or _shipped_data_hint())
+
+
+def _shipped_data_hint() -> str:
+    from t4patch.data.locations import reinstall_hint
+
+    return f"this shipped data file is broken; {reinstall_hint()}"
 
 
 # ----------------------------------------------------------------------------------------------- value specs

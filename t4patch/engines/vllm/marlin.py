@@ -82,7 +82,6 @@ class LoadedLibrary:
 LIBRARY_TABLE = DataKind(
     label="verification data",
     error=DataFileError,
-    hint="this shipped data file is broken; reinstall t4patch (pip install --force-reinstall t4patch)",
 )
 LIBRARY_TABLE_SCHEMA = Table(
     {

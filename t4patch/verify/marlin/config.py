@@ -65,7 +65,6 @@ class Tolerances:
 MARLIN_DATA = DataKind(
     label="verification data",
     error=DataFileError,
-    hint="this shipped data file is broken; reinstall t4patch (pip install --force-reinstall t4patch)",
 )
 TOLERANCES_FILE = "marlin-tolerances.toml"
 BANDWIDTH_FILE = "gpu-memory-bandwidth.toml"
