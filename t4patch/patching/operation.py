@@ -9,6 +9,7 @@ and neither imports the other.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -126,17 +127,28 @@ def recover_target(target: TargetEnvironment) -> list[Recovery]:
     """
     done: list[Recovery] = []
     for path in jr.journal_paths(target.search_path):
-        if not os.path.lexists(path):
-            continue  # finished by the lock holder meanwhile, or by an earlier journal's recovery
-        journal = jr.read_journal(path)
+        root = path.parent
+        description = "commit"
+        with contextlib.suppress(TargetEnvironmentError):  # read early only to name it in a refusal
+            description = jr.read_journal(path).description
         try:
-            with locked(list(journal.roots)) as lease:
-                done.extend(lease.recover())
+            # A journal seen without the lock may belong to a live run: wait for that run's lock, look again.
+            with locked([root]) as lease:
+                if not os.path.lexists(path):
+                    continue  # it was live and has finished
+                journal = jr.read_journal(path)
+                description = journal.description
+                if set(journal.roots) <= {root}:
+                    done.extend(lease.recover())
+                    continue
+            with locked(sorted({*journal.roots, root})) as lease:  # it spans more site-packages: lock them all
+                if os.path.lexists(path):
+                    done.extend(lease.recover())
         except TargetEnvironmentError as exc:
             if not os.path.lexists(path):
                 raise
             raise TargetEnvironmentError(
-                f"an interrupted {journal.description} left {path}; finishing it first failed: {exc.message}",
+                f"an interrupted {description} left {path}; finishing it first failed: {exc.message}",
                 hint=exc.hint or "run this command as the owner of that environment",
             ) from None
     for root in target.search_path:

@@ -178,6 +178,8 @@ class Injector:
                 self.fired += 1
                 if self.action == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
+                elif self.action == "pause" and n == self.at:
+                    time.sleep(self.delay)
                 elif self.action == "signal" and n == self.at:
                     os.kill(os.getpid(), self.sig)
                 elif self.action == "error":
@@ -714,3 +716,32 @@ def test_concurrent_apply_revert_race_with_kills(synthetic_env: Engine, trial_tm
                 figures.failures.append(f"round {round_}: a run exited {proc.returncode}: {err.strip()[-200:]}")
         next_command(synthetic_env, site, f"round {round_}", figures)
     figures.report()
+
+
+def test_a_live_commit_is_waited_for_not_recovered(synthetic_env: Engine, trial_tmp: Path) -> None:
+    """A command that sees the journal of a run still committing (paused between two renames) waits for that
+    run's lock, then finds the set whole: no recovery, no error (the race the concurrent test once hit)."""
+    site = fresh(synthetic_env, "apply", trial_tmp / "site")
+    argv = ["apply", synthetic_env.spec, "--site-packages", str(site)]
+    pid = os.fork()
+    if pid == 0:
+        code = 99
+        try:
+            injector = Injector("replace", 3, "pause")
+            injector.delay = 1.0
+            with injector:
+                code = run_quiet(argv)[0]
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 10
+    while not (site / ".t4patch-journal.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert synthetic_env.state(site).startswith("mixed") or (site / ".t4patch-journal.json").exists()
+    for command in (["status", synthetic_env.name], ["revert", synthetic_env.name]):
+        code, err = run_quiet([*command, "--site-packages", str(site)])
+        assert code == 0 and "found an interrupted" not in err, err
+        if command[0] == "status":
+            assert synthetic_env.state(site) == "patched"
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert synthetic_env.state(site) == "pristine" and leftovers(site) == []
