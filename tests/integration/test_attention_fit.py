@@ -166,7 +166,9 @@ def test_stock_vllm_head512_2d_needs_98304_bytes_on_sm75(report):
     assert shared(rep, "sliding", "prefill", "kernel_unified_attention") == 49152
     assert shared(rep, "sliding", "decode-small", "kernel_unified_attention") == 32768
     assert shared(rep, "sliding", "decode-small", "reduce_segments") == 2048
-    assert sorted((c.layer, c.case) for _, c in rep.failures()) == [("full", "decode-large"), ("full", "prefill")]
+    assert sorted((c.layer, c.case) for _, c in rep.failures()) == [
+        ("full", "decode-large"), ("full", "int4-decode-large"), ("full", "int4-decode-small"), ("full", "int4-prefill"),
+        ("full", "prefill")]
     with pytest.raises(VerificationError) as info:
         check(rep)
     assert info.value.exit_code == 12
@@ -182,6 +184,7 @@ def test_patched_vllm_fits_sm75_and_leaves_head256_alone(report):
     for case in ("prefill", "decode-large"):
         ((kernel, tiles, _, nbytes),) = table(patched)[("full", case)]
         assert (tiles["TILE_SIZE"], nbytes) == (16, 65536)
+    assert not [c for c in patched.engines[0].cases if c.refused and not c.case.startswith("int4-")]
     for (layer, case), kernels in table(patched).items():
         assert all(k[3] <= T4_LIMIT for k in kernels)
         if layer == "sliding":
@@ -190,10 +193,53 @@ def test_patched_vllm_fits_sm75_and_leaves_head256_alone(report):
     assert table(patched)[("full", "decode-small")] == table(stock)[("full", "decode-small")]
 
 
+def test_stock_vllm_int4_kv_cache_head512_misfits_sm75_at_every_tile(report):
+    """--kv-cache-dtype int4_per_token_head: _attn_packed, launched past the core kernel's clamp."""
+    rep = report("vllm-stock", "vllm", "sm_75")
+    (engine,) = rep.engines
+    cases = {(c.layer, c.case): c for c in engine.cases}
+    assert [cases[("full", n)].path for n in ("int4-prefill", "int4-decode-small", "int4-decode-large")] == [
+        "2d", "3d", "2d"]
+    expected = {  # (layer, case) -> (TILE_SIZE, shared bytes) of _attn_packed, BLOCK_M 16
+        ("full", "int4-prefill"): (32, 163840), ("full", "int4-decode-small"): (16, 98304),
+        ("full", "int4-decode-large"): (32, 163840), ("sliding", "int4-prefill"): (32, 51200),
+        ("sliding", "int4-decode-small"): (16, 33792), ("sliding", "int4-decode-large"): (32, 51200),
+    }
+    for key, (tile, nbytes) in expected.items():
+        kernel = next(k for k in cases[key].kernels if k.kernel == "_attn_packed")
+        assert (kernel.tiles["BLOCK_M"], kernel.tiles["TILE_SIZE"], kernel.shared_bytes) == (16, tile, nbytes), key
+        assert kernel.fits == (key[0] == "sliding") and not cases[key].refused
+    # even the 3D decode at tile 16, the clamp's floor, needs 98,304 B: no tile fits head 512 on a T4
+    assert "_attn_packed needs 98,304 B" in " ".join(cases[("full", "int4-decode-small")].problems)
+
+
+def test_patched_vllm_int4_kv_cache_refuses_head512_clearly_on_sm75(report):
+    stock, patched = report("vllm-stock", "vllm", "sm_75"), report("vllm-patched", "vllm", "sm_75")
+    (engine,) = patched.engines
+    for c in engine.cases:
+        if c.layer == "full" and c.case.startswith("int4-"):
+            assert c.refused and not c.kernels and not c.problems, c
+            assert c.refused.startswith("t4patch: the INT4 per-token-head KV cache attention kernel (_attn_packed)")
+            for part in ("needs 98304 B", "head size 512", "smallest KV tile 16", "allows 65536 B per block",
+                         "--kv-cache-dtype auto"):
+                assert part in c.refused, (part, c.refused)
+            assert "OutOfResources" not in c.refused
+        else:
+            assert not c.refused
+    for case in ("int4-prefill", "int4-decode-small", "int4-decode-large"):  # head 256 fits as it was
+        assert table(patched)[("sliding", case)] == table(stock)[("sliding", case)]
+    text = patched.render_text()
+    assert "REFUSED full/int4-prefill (clearly, before launch): t4patch: the INT4" in text
+    assert "3 refused clearly by the patched engine" in text
+    check(patched)  # a clear refusal is not a misfit: exit 0
+
+
 def test_vllm_patch_changes_nothing_on_sm80(report):
     stock, patched = report("vllm-stock", "vllm", "sm_80"), report("vllm-patched", "vllm", "sm_80")
     assert stock.ok and patched.ok
     assert table(stock) == table(patched)
+    assert not [c for c in patched.engines[0].cases if c.refused]
+    assert all(table(patched)[("full", c)] for c in ("int4-prefill", "int4-decode-small", "int4-decode-large"))
     assert shared(stock, "full", "prefill", "kernel_unified_attention") == 83200  # MMA path, fp16 operands
 
 
@@ -219,7 +265,7 @@ def test_cli_exit_code_and_json_on_the_stock_wheel(report, trees, capsys):
     captured = capsys.readouterr()
     assert code == 12
     doc = json.loads(captured.out)
-    assert doc["schema"] == 1 and doc["command"] == "verify attention" and doc["failed_cases"] == 2
+    assert doc["schema"] == 1 and doc["command"] == "verify attention" and doc["failed_cases"] == 5
     assert "do not fit sm_75" in captured.err
 
 

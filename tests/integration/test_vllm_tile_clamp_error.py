@@ -5,11 +5,19 @@ With more than 16 query heads per KV head, BLOCK_M becomes 32, and at head 512 t
 must raise its own error naming head size, BLOCK_M, tile and limit (not leave Triton's OutOfResources for the
 first launch). Proven with `verify attention` on the real wheel and a copy of the shipped case table with 32
 query heads; head 256 still fits at that BLOCK_M.
+
+The INT4 per-token-head KV cache launcher (``_launch_packed_attn``, diff 0002) is proven the same way, on an
+sm_75 stand-in: at 32 query heads per KV head its ``_attn_packed`` needs 69,632 B at head 256 with TILE 32
+(stock misfits; the patch halves the tile to 16: 51,200 B) and 131,072 B at head 512 even at TILE 16, where
+the patched launcher itself raises the clear RuntimeError (the table copy drops ``accepted_refusal``, so the
+raise shows as the case's compile error rather than as a REFUSED verdict).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,25 +39,72 @@ if ".".join(triton.__version__.split(".")[:2]) != "3.8":
 REGEX_VERSION = "2026.11.19"
 
 
-def test_head_512_with_32_query_heads_per_kv_head_raises_a_clear_error(tmp_path: Path):
-    site = install_wheel_to(tmp_path / "vllm", wheel_path("vllm", "0.33.0"))
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("tile-clamp-error")
+    stock = install_wheel_to(base / "stock", wheel_path("vllm", "0.33.0"))
     if importlib.util.find_spec("regex") is None:
-        install_wheel_to(site, wheel_path("regex", REGEX_VERSION))
-    assert main(["apply", "vllm==0.33.0", "--site-packages", str(site)]) == 0
+        install_wheel_to(stock, wheel_path("regex", REGEX_VERSION))
+    patched = Path(shutil.copytree(stock, base / "patched"))
+    assert main(["apply", "vllm==0.33.0", "--site-packages", str(patched)]) == 0
+    return {"stock": stock, "patched": patched}
+
+
+def _table_32_heads(tmp_path: Path, keep_refusals: bool = True):
     text = (data_dir("verify") / "attention-cases.toml").read_text(encoding="utf-8")
-    assert "num_query_heads = 8\n" in text
-    table_path = tmp_path / "attention-cases.toml"
-    table_path.write_text(text.replace("num_query_heads = 8\n", "num_query_heads = 32\n"), encoding="utf-8")
+    assert "num_query_heads = 8\n" in text and "accepted_refusal = " in text
+    text = text.replace("num_query_heads = 8\n", "num_query_heads = 32\n")
+    if not keep_refusals:
+        text = re.sub(r"(?m)^accepted_refusal = .*\n", "", text)
+    path = tmp_path / "attention-cases.toml"
+    path.write_text(text, encoding="utf-8")
+    return load_cases(path)
+
+
+def _verify(site: Path, table):
     report = verify_attention(
-        ["vllm"], load_archs()["sm_75"], resolve_target(site_packages=str(site)), site_packages=str(site),
-        table=load_cases(table_path),
+        ["vllm"], load_archs()["sm_75"], resolve_target(site_packages=str(site)), site_packages=str(site), table=table
     )
     [engine] = report.engines
-    full = [c for c in engine.cases if c.layer == "full"]
-    sliding = [c for c in engine.cases if c.layer == "sliding"]
+    return engine
+
+
+def test_head_512_with_32_query_heads_per_kv_head_raises_a_clear_error(tmp_path: Path, sites):
+    engine = _verify(sites["patched"], _table_32_heads(tmp_path))
+    core = [c for c in engine.cases if not c.case.startswith("int4-")]
+    full = [c for c in core if c.layer == "full"]
+    sliding = [c for c in core if c.layer == "sliding"]
     assert full and all(c.problems for c in full)
     message = " ".join(p for c in full for p in c.problems)
     assert "t4patch: Triton unified attention needs 98304 B" in message
     assert "head size 512" in message and "BLOCK_M 32" in message and "65536 B per block" in message
     assert "OutOfResources" not in message
     assert sliding and all(not c.problems for c in sliding)  # 4 * 256 * (32 + 16) = 49,152 B fits
+
+
+def _packed(case) -> tuple[int, int]:
+    (kernel,) = [k for k in case.kernels if k.kernel == "_attn_packed"]
+    return kernel.tiles["TILE_SIZE"], kernel.shared_bytes
+
+
+def test_int4_launcher_clamps_head_256_and_raises_for_head_512_on_an_sm75_standin(tmp_path: Path, sites):
+    table = _table_32_heads(tmp_path, keep_refusals=False)
+    stock = {(c.layer, c.case): c for c in _verify(sites["stock"], table).cases if c.case.startswith("int4-")}
+    patched = {(c.layer, c.case): c for c in _verify(sites["patched"], table).cases if c.case.startswith("int4-")}
+    # head 256, BLOCK_M 32: stock's TILE 32 misfits; the patched launcher halves it to 16 and fits
+    for case in ("int4-prefill", "int4-decode-large"):
+        assert _packed(stock[("sliding", case)]) == (32, 69632) and stock[("sliding", case)].problems
+        assert _packed(patched[("sliding", case)]) == (16, 51200) and not patched[("sliding", case)].problems
+    assert _packed(stock[("sliding", "int4-decode-small")]) == _packed(patched[("sliding", "int4-decode-small")])
+    # head 512: no tile fits; stock would hit Triton's OutOfResources, the patched launcher raises first
+    for case in ("int4-prefill", "int4-decode-small", "int4-decode-large"):
+        assert not stock[("full", case)].error and stock[("full", case)].problems
+        c = patched[("full", case)]
+        assert not c.kernels and not c.refused  # launched nothing; refusal not accepted by this table copy
+        assert c.error and c.error.startswith(
+            "RuntimeError: t4patch: the INT4 per-token-head KV cache attention kernel (_attn_packed) needs 131072 B"
+        ), c.error
+        for part in ("head size 512", "smallest KV tile 16", "BLOCK_M 32", "allows 65536 B per block",
+                     "--kv-cache-dtype auto (or float16)"):
+            assert part in c.error, (part, c.error)
+        assert "OutOfResources" not in c.error

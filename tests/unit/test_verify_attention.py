@@ -70,7 +70,11 @@ def test_shipped_case_table_covers_gemma4_e2b_and_every_vllm_path():
     assert [vllm.for_version(v).triton_series for v in vllm.versions] == ["3.7", "3.7", "3.8"]
     assert {c.path for c in vllm.cases} == {"2d", "3d"}  # 3d also launches reduce_segments
     assert {c.phase for c in vllm.cases} == {"prefill", "decode"}
-    assert set(vllm.kernel_tiles) == {"kernel_unified_attention", "reduce_segments"}
+    assert set(vllm.kernel_tiles) == {"kernel_unified_attention", "reduce_segments", "_attn_packed"}
+    int4 = [c for c in vllm.cases if c.kv_cache_dtype == "int4_per_token_head"]
+    assert [(c.phase, c.path) for c in int4] == [("prefill", "2d"), ("decode", "3d"), ("decode", "2d")]
+    assert all(c.accepted_refusal.startswith("t4patch: the INT4 per-token-head") for c in int4)
+    assert all(c.kv_cache_dtype == "auto" and not c.accepted_refusal for c in vllm.cases if c not in int4)
     sglang = table.engine("sglang")
     assert sglang is not None and {c.path for c in sglang.cases} == {"extend", "decode-grouped"}
     assert [sglang.for_version(v).triton_series for v in sglang.versions] == ["3.7", "3.8", "3.8"]
@@ -210,7 +214,59 @@ def worker_results(full_2d_shared: int, full_path_prefill: str = "2d") -> list[d
                     "error": None, "launches": [k2]})
         out.append({"layer": layer, "case": "decode-small", "path": "3d", "error": None, "launches": [k3, red]})
         out.append({"layer": layer, "case": "decode-large", "path": "2d", "error": None, "launches": [k2]})
+        # --kv-cache-dtype int4_per_token_head: head 256 fits; head 512 is refused by the patched launcher
+        p2 = launch("_attn_packed", 51200, BLOCK_M=16, TILE_SIZE=32, IS_3D=False)
+        p3 = launch("_attn_packed", 33792, BLOCK_M=16, TILE_SIZE=16, IS_3D=True)
+        for case, path, launches in (("int4-prefill", "2d", [p2]), ("int4-decode-small", "3d", [p3, red]),
+                                     ("int4-decode-large", "2d", [p2])):
+            if head == 512:
+                out.append({"layer": layer, "case": case, "path": None, "error": INT4_REFUSAL, "launches": []})
+            else:
+                out.append({"layer": layer, "case": case, "path": path, "error": None, "launches": launches})
     return out
+
+
+INT4_REFUSAL = ("RuntimeError: t4patch: the INT4 per-token-head KV cache attention kernel (_attn_packed) needs 98304 B "
+                "of shared memory for head size 512 even at the smallest KV tile 16 (BLOCK_M 16), but this GPU allows "
+                "65536 B per block")
+
+
+def test_a_clear_refusal_the_table_accepts_is_reported_apart_and_is_not_a_failure():
+    report = report_for(worker_results(65536))
+    refused = [(c.layer, c.case) for e in report.engines for c in e.cases if c.refused]
+    assert refused == [("full", "int4-prefill"), ("full", "int4-decode-small"), ("full", "int4-decode-large")]
+    assert report.ok
+    check(report)
+    doc = report.to_json()
+    case = next(c for c in doc["engines"][0]["cases"] if c["case"] == "int4-prefill" and c["layer"] == "full")
+    assert case["ok"] and case["problems"] == [] and case["refused"].startswith("t4patch: the INT4")
+    text = report.render_text()
+    assert "REFUSED full/int4-prefill (clearly, before launch): t4patch: the INT4" in text
+    assert "9 of 12 cases fit sm_75; 3 refused clearly by the patched engine" in text
+
+
+def test_a_refusal_the_table_does_not_accept_fails_the_case():
+    results = worker_results(65536)
+    other = next(r for r in results if r["layer"] == "full" and r["case"] == "prefill")
+    other.update(error=INT4_REFUSAL, path=None, launches=[])  # core-kernel case: no refusal accepted
+    wrong = next(r for r in results if r["layer"] == "full" and r["case"] == "int4-decode-large")
+    wrong["error"] = "RuntimeError: t4patch: something else"  # not the accepted message
+    report = report_for(results)
+    assert sorted((c.layer, c.case) for _, c in report.failures()) == [("full", "int4-decode-large"), ("full", "prefill")]
+
+
+def test_case_table_kv_cache_dtype_and_accepted_refusal_keys(tmp_path):
+    text = CASES_OK + 'kv_cache_dtype = "int4_per_token_head"\naccepted_refusal = "t4patch: the kernel needs"\n'
+    (case,) = load_cases(_write(tmp_path, "cases.toml", text)).engines[0].cases
+    assert (case.kv_cache_dtype, case.accepted_refusal) == ("int4_per_token_head", "t4patch: the kernel needs")
+    assert case.to_json()["kv_cache_dtype"] == "int4_per_token_head"
+    (plain,) = load_cases(_write(tmp_path, "plain.toml", CASES_OK)).engines[0].cases
+    assert (plain.kv_cache_dtype, plain.accepted_refusal) == ("auto", "")
+    assert "kv_cache_dtype" not in plain.to_json() and "accepted_refusal" not in plain.to_json()
+    with pytest.raises(DataFileError, match="accepted_refusal"):
+        load_cases(_write(tmp_path, "bad.toml", CASES_OK + 'accepted_refusal = "Triton said no"\n'))
+    with pytest.raises(DataFileError, match="kv_cache_dtype"):
+        load_cases(_write(tmp_path, "bad2.toml", CASES_OK + 'kv_cache_dtype = "Int 4"\n'))
 
 
 def report_for(results: list[dict], state: str = "stock, patch set not applied") -> AttentionReport:
@@ -291,11 +347,13 @@ def test_text_report_is_an_aligned_table_with_fail_lines():
     lines = text.splitlines()
     header = next(l for l in lines if "shared B" in l)
     rows = [l for l in lines if l.startswith(("  sliding", "  full"))]
-    assert len(rows) == 8
+    assert len(rows) == 15  # 8 core-kernel launches, 4 INT4 head-256 launches, 3 refused INT4 head-512 cases
     column = header.index("shared B")
-    assert all(r[column:].split()[0].replace(",", "").isdigit() for r in rows)  # aligned under the header
+    launched = [r for r in rows if not r.endswith("REFUSED")]
+    assert len(launched) == 12
+    assert all(r[column:].split()[0].replace(",", "").isdigit() for r in launched)  # aligned under the header
     assert "FAIL full/prefill: kernel_unified_attention needs 98,304 B of shared memory > limit 65,536 B" in text
-    assert "4 of 6 cases fit sm_75; 2 do not" in text
+    assert "7 of 12 cases fit sm_75; 2 do not; 3 refused clearly by the patched engine" in text
     assert "none was run" in text
     assert max(len(line) for line in lines) <= 120  # fits a 120-column terminal
     assert any(line.strip().startswith("tiles: BLOCK_M=16") for line in lines)  # tiles under their kernel

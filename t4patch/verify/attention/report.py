@@ -240,11 +240,12 @@ class AttentionReport:
         failed = len(self.failures())
         refused = sum(1 for e in self.engines for c in e.cases if c.refused)
         lines.append("")
-        lines.append(
+        lines += _wrapped(
             f"{total - failed - refused} of {total} cases fit {self.arch.name}"
             + ("" if not failed else f"; {failed} do not")
             + ("" if not refused else f"; {refused} refused clearly by the patched engine (cannot fit at any tile)")
-            + " (spills: 32-bit words of per-thread local memory, as Triton's n_spills)"
+            + " (spills: 32-bit words of per-thread local memory, as Triton's n_spills)",
+            "",
         )
         return "\n".join(lines)
 
