@@ -124,7 +124,6 @@ class Recipe:
 EXT_RECIPE = DataKind(
     label="extension build recipe",
     error=DataFileError,
-    hint="this shipped data file is broken; reinstall t4patch (pip install --force-reinstall t4patch)",
 )
 # The file's shape, stated once (unknown keys, wrong types and missing keys are refused by the strict reader);
 # the semantic checks follow in parse_recipe.

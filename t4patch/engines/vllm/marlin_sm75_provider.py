@@ -68,7 +68,6 @@ class EmulationConfig:
 EMULATION_DATA = DataKind(
     label="verification data",
     error=DataFileError,
-    hint="this shipped data file is broken; reinstall t4patch (pip install --force-reinstall t4patch)",
 )
 EMULATION_SCHEMA = Table({
     "schema": Number(),

@@ -120,7 +120,6 @@ class CaseTable:
 CASE_TABLE = DataKind(
     label="attention case table",
     error=DataFileError,
-    hint="this shipped data file is broken; reinstall t4patch (pip install --force-reinstall t4patch)",
 )
 
 # The case table, stated once; the strict reader refuses unknown keys, wrong types and missing keys.

@@ -32,7 +32,6 @@ OPS_FILE = "llama-cpp-gemma4-e2b.toml"
 OP_LIST = DataKind(
     label="llama.cpp op list",
     error=DataFileError,
-    hint="this shipped data file is broken; reinstall t4patch (pip install --force-reinstall t4patch)",
 )
 OP_LIST_SCHEMA = Table({
     "schema": Number(),
