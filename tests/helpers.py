@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import difflib
 import hashlib
+import importlib.metadata
 import inspect
 import json
 import os
@@ -37,6 +38,7 @@ from pathlib import Path
 
 import pytest
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from t4patch.builder.recipe import Recipe, parse_recipe
 from t4patch.cuda.fatbin import FATBIN_MAGIC
@@ -334,10 +336,24 @@ def run_with_progress(argv: list[str], label: str, *, interval: float = PROGRESS
     progress(f"{label}: done in {time.monotonic() - start:.0f} s{size}")
 
 
+# ``--progress-bar raw`` (byte counts) came with pip 24.1; the pip that ``python3 -m venv`` bundles with Python
+# 3.11 (23.2.1) knows only on/off and refuses the option, so older pips get the elapsed-time heartbeat alone.
+RAW_PROGRESS_PIP = Version("24.1")
+
+
+def pip_progress_args() -> list[str]:
+    """The progress option this interpreter's pip accepts: byte counts where it can print them, else none."""
+    try:
+        pip_version = Version(importlib.metadata.version("pip"))
+    except (importlib.metadata.PackageNotFoundError, InvalidVersion):
+        return ["--progress-bar", "off"]
+    return ["--progress-bar", "raw" if pip_version >= RAW_PROGRESS_PIP else "off"]
+
+
 def pip_download(spec: str, dest: Path, *, binary_only: bool = True) -> None:
-    """``pip download --no-deps spec`` into ``dest`` with byte progress."""
+    """``pip download --no-deps spec`` into ``dest`` with progress (bytes where pip can report them)."""
     argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-            "--progress-bar", "raw", "-d", str(dest), spec]
+            *pip_progress_args(), "-d", str(dest), spec]
     if binary_only:
         argv.insert(5, "--only-binary=:all:")
     run_with_progress(argv, f"downloading {spec} into {dest}")

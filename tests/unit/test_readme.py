@@ -92,3 +92,13 @@ def test_package_map_marks_exactly_the_excluded_packages_not_shipped() -> None:
     assert len(not_shipped) == 1, not_shipped
     for path in excluded:
         assert f"`{path.replace('/', '.')}`" in not_shipped[0], f"{path} is excluded from the wheel but not marked"
+
+
+def test_ci_runs_the_quick_start_first_with_the_bundled_pip() -> None:
+    """The quick start's first command runs verbatim, and nothing in .ci/run upgrades pip (CI must hit what a
+    newcomer with the pip that `python3 -m venv` bundles hits)."""
+    commands = ci_commands()
+    assert readme_commands()[0] in commands
+    assert commands.index(readme_commands()[0]) < commands.index(readme_commands()[1])
+    upgrades = [c for c in commands if re.search(r"pip install\b.*(--upgrade|-U)\b.*\bpip\b", c)]
+    assert not upgrades, upgrades
