@@ -177,7 +177,7 @@ def default_list_plan(plan: BuildPlan) -> BuildPlan:
         steps.append(step)
     if removed != 1:
         raise T4PatchError(f"the {plan.recipe.name} recipe's configure step should set {ARCH_FLAG}... once; found it "
-                           f"{removed} times", hint="fix builders/llama.cpp.toml or this benchmark together")
+                           f"{removed} times", hint="fix recipes/llama.cpp.toml or this benchmark together")
     return dataclasses.replace(plan, steps=tuple(steps))
 
 

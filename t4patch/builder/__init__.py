@@ -1,4 +1,4 @@
-"""`t4patch build`: sm_75 builds of llama.cpp and mistral.rs from data recipes (``builders/*.toml``).
+"""`t4patch build`: sm_75 builds of llama.cpp and mistral.rs from data recipes (``recipes/*.toml``).
 
 The modules, in the order a build uses them: ``recipe`` (load + validate the TOML), ``plan`` (exact
 commands, directories and environment; pure, so ``--dry-run`` shows what really runs), ``preflight`` (tools,

@@ -1,4 +1,4 @@
-"""Build recipes: the data in ``builders/<name>.toml``, loaded and validated before anything runs.
+"""Build recipes: the data in ``recipes/<name>.toml``, loaded and validated before anything runs.
 
 A recipe is data, not code, so adding a ref or a flag is a reviewed one-line change and ``--dry-run`` can
 show exactly what will run. Validation is strict (unknown keys, wrong types, unknown placeholders are errors)
@@ -78,13 +78,13 @@ class Recipe:
 
 
 def recipe_names() -> list[str]:
-    """Names of the shipped recipes (``builders/<name>.toml``)."""
-    return sorted(p.name[: -len(".toml")] for p in data_dir("builders").glob("*.toml"))
+    """Names of the shipped recipes (``recipes/<name>.toml``)."""
+    return sorted(p.name[: -len(".toml")] for p in data_dir("recipes").glob("*.toml"))
 
 
 def load_recipe(name: str) -> Recipe:
     """Load and validate the shipped recipe ``name``; UsageError if there is none of that name."""
-    path = data_dir("builders") / f"{name}.toml"
+    path = data_dir("recipes") / f"{name}.toml"
     if not path.is_file():
         raise UsageError(
             f"no build recipe named {name!r} (shipped: {', '.join(recipe_names()) or 'none'})",

@@ -1,7 +1,7 @@
 """`t4patch verify llama.cpp BUILD_DIR`: llama.cpp's test-backend-ops on the ops Gemma 4 E2B uses.
 
 Runs the build's own correctness suite (every case compares the backend with llama.cpp's CPU backend) for the
-op list in ``verify/llama-cpp-gemma4-e2b.toml``, with progress, and reports per op: passed / failed / not
+op list in ``cases/llama-cpp-gemma4-e2b.toml``, with progress, and reports per op: passed / failed / not
 supported, llama.cpp's own output for each failure, and for every not-supported case at a Gemma 4 E2B shape
 what llama.cpp then does. On a T4 it runs the T4's code; a ``75-virtual`` build on a newer GPU runs the
 Turing code paths through PTX JIT (ggml dispatches by the highest compiled architecture).
@@ -14,7 +14,6 @@ CUDA backend was asked for and the build or machine has none).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from t4patch.cli_options import add_json_option
@@ -92,35 +91,18 @@ def run(args: argparse.Namespace) -> int:
         print(text, file=sys.stderr, flush=True)
 
     if args.log:
-        with args.log.open("a", encoding="utf-8") as handle:
-            handle.write("==== build-info " + json.dumps({"build": build, "gpu": gpu, "capability": capability, "backend": args.backend, "binary": str(binary)}) + "\n")
+        runner.write_build_info(args.log, {"build": build, "gpu": gpu, "capability": capability, "backend": args.backend,
+                                           "binary": str(binary)})
     results = runner.run(binary, args.backend, ops, timeout=args.timeout, selected=selected, progress=progress, log=args.log, budget=args.time_budget)
     op_json = [r.to_json() for r in results]
     if args.backend.upper().startswith("CUDA") and not any(r.parsed.cases for r in results) \
             and all(args.backend not in r.parsed.backends for r in results):
         raise NoGpuError(f"{binary}: test-backend-ops ran no case on {args.backend} (no such backend in this build or machine)",
                          hint="check nvidia-smi, and that the build has GGML_CUDA=ON")
-    payload = _payload(ops, op_json, build, capability, gpu, args.backend, str(binary))
-    return _emit(args, payload)
-
-
-def _payload(ops, op_json, build, capability, gpu, backend, binary):  # noqa: ANN001, ANN202
     from t4patch.verify.llamacpp import report
 
-    evidence = report.evidence_class(build, capability, backend)
-    payload = {
-        "binary": binary,
-        "backend": backend,
-        "gpu": gpu,
-        "build": build,
-        "op_list": {"file": str(ops.path), "name": ops.name, "model": ops.model, "llama_cpp": ops.llama_cpp},
-        "evidence_class": evidence,
-        "does_not_prove": report.scope(evidence),
-        "totals": {key: sum(o[key] for o in op_json) for key in ("cases", "ok", "fail", "crashed", "not_supported", "skipped")},
-        "ops": op_json,
-    }
-    payload["verdict"] = report.verdict(op_json)
-    return payload
+    payload = report.build_payload(ops, op_json, build, capability, gpu, args.backend, str(binary))
+    return _emit(args, payload)
 
 
 def _from_log(args: argparse.Namespace, ops) -> int:  # noqa: ANN001
@@ -131,15 +113,14 @@ def _from_log(args: argparse.Namespace, ops) -> int:  # noqa: ANN001
         text = args.from_log.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise UsageError(f"--from-log {args.from_log}: cannot read it ({exc})", hint="pass the file a --log run wrote") from exc
-    info: dict = {}
-    for line in text.splitlines():
-        if line.startswith("==== build-info "):
-            info = json.loads(line[len("==== build-info "):])
+    info = runner.read_build_info(text, args.from_log)
     results = runner.from_log(text, ops)
     if not results:
         raise UsageError(f"--from-log {args.from_log}: no op runs in it", hint="pass the file a --log run wrote")
-    payload = _payload(ops, [r.to_json() for r in results], info.get("build", {}), info.get("capability"), info.get("gpu"),
-                       info.get("backend", "?"), info.get("binary", "?"))
+    from t4patch.verify.llamacpp import report
+
+    payload = report.build_payload(ops, [r.to_json() for r in results], info.get("build", {}), info.get("capability"),
+                                   info.get("gpu"), info.get("backend") or "?", info.get("binary") or "?")
     payload["derived_from_log"] = str(args.from_log)
     return _emit(args, payload)
 

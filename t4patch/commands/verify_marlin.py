@@ -53,7 +53,7 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         default=specs[0].name,
         help="; ".join(f"{spec.name}: {spec.help}" for spec in specs),
     )
-    parser.add_argument("--shapes", default="gemma4-e2b", metavar="TABLE", help="shape table in verify/shapes/")
+    parser.add_argument("--shapes", default="gemma4-e2b", metavar="TABLE", help="shape table in cases/shapes/")
     parser.add_argument("--m", dest="m_list", metavar="M,M,...", help="batch sizes (default 1,16,64,512; --quick: 1,64)")
     parser.add_argument("--quick", action="store_true", help="fewer batch sizes and timing replays")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights and activations")

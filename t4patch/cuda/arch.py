@@ -1,4 +1,4 @@
-"""GPU architectures: the one ``Arch`` type, read from the GPU table ``verify/gpu-archs.toml``.
+"""GPU architectures: the one ``Arch`` type, read from the GPU table ``hardware/gpu-archs.toml``.
 
 Every place that names an architecture (``verify attention --arch``, ``build --arch``, ``verify build --arch``,
 the artifact check, the build benchmark) takes an :class:`Arch` from here, so "sm_75" is spelled in one way in
@@ -99,7 +99,7 @@ _SCHEMA = Table({
 
 
 def load_archs(path: Path | None = None) -> dict[str, Arch]:
-    """All architectures of the GPU table (default: the shipped ``verify/gpu-archs.toml``), by name."""
+    """All architectures of the GPU table (default: the shipped ``hardware/gpu-archs.toml``), by name."""
     if path is None:
         return dict(_shipped_archs())
     return _load(path)
@@ -107,7 +107,7 @@ def load_archs(path: Path | None = None) -> dict[str, Arch]:
 
 @functools.lru_cache(maxsize=1)
 def _shipped_archs() -> tuple[tuple[str, Arch], ...]:
-    return tuple(_load(data_dir("verify") / ARCHS_FILE).items())
+    return tuple(_load(data_dir("hardware") / ARCHS_FILE).items())
 
 
 def _load(path: Path) -> dict[str, Arch]:
@@ -139,7 +139,7 @@ def _unknown(text: str, archs: dict[str, Arch], option: str, allow_cpu: bool) ->
     return UsageError(
         f"{option} {text.strip() or repr(text)}: expected one of {known} (also written 75 or 7.5), "
         "found no such architecture",
-        hint=f"pass e.g. {option} sm_75 (Tesla T4); add an architecture to verify/{ARCHS_FILE}",
+        hint=f"pass e.g. {option} sm_75 (Tesla T4); add an architecture to hardware/{ARCHS_FILE}",
     )
 
 

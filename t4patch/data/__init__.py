@@ -1,1 +1,2 @@
-"""t4patch's shipped data (``patches/``, ``builders/``, ``verify/``): where it lives and how it is read."""
+"""t4patch's shipped data (``patches/``, ``recipes/``, ``hardware/``, ``engine-data/``, ``cases/``): where it lives
+and how it is read."""

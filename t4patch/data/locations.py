@@ -1,10 +1,18 @@
-"""Where t4patch's data lives: ``patches/``, ``builders/`` and ``verify/``.
+"""Where t4patch's data lives: one tree per owner, named after what it holds (never after a code package).
+
+- ``patches/<dist>/<version>/``: the engine patch sets.
+- ``recipes/``: build recipes (``<name>.toml`` for ``t4patch build``; ``vllm-marlin-sm75/`` for the Marlin
+  extension).
+- ``hardware/``: facts about GPUs (``gpu-archs.toml``, ``gpu-memory-bandwidth.toml``).
+- ``engine-data/<engine>/``: facts about one engine's released files (``vllm/marlin-libraries.toml``, ...).
+- ``cases/``: the inputs of the verification commands (attention cases, Marlin tolerances and shapes, the
+  llama.cpp op list).
 
 In the source tree they sit at the repository root; in a built wheel they are shipped inside the package as
-``t4patch/_data/<name>`` (pyproject's force-include). Code never hard-codes either location: it asks here.
+``t4patch/_data/<tree>`` (pyproject's force-include). Code never hard-codes either location: it asks here.
 ``T4PATCH_PATCHES`` (or the global ``--patches DIR``) points patch-set lookup at another tree, which is how
 tests use synthetic patch sets and how maintainers try a new set before shipping it. Missing ``patches/``
-data is a :class:`PatchSetError`; missing ``builders/`` or ``verify/`` data a :class:`DataFileError`.
+data is a :class:`PatchSetError`; missing data of the other trees a :class:`DataFileError`.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from urllib.parse import unquote, urlparse
 from t4patch.errors import DataFileError, PatchSetError
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # .../t4patch
-DATA_KINDS = ("patches", "builders", "verify")
+DATA_KINDS = ("patches", "recipes", "hardware", "engine-data", "cases")
 
 
 def data_dir(kind: str) -> Path:
@@ -39,7 +47,7 @@ def data_dir(kind: str) -> Path:
     for candidate in (_PACKAGE_DIR / "_data" / kind, _PACKAGE_DIR.parent / kind):
         if candidate.is_dir():
             return candidate
-    # patches/ is patch-set data (exit 7); builders/ and verify/ are the other shipped data (exit 16)
+    # patches/ is patch-set data (exit 7); the other trees are the other shipped data (exit 16)
     error = PatchSetError if kind == "patches" else DataFileError
     raise error(
         f"t4patch's {kind}/ data is missing (looked in {_PACKAGE_DIR / '_data'} and {_PACKAGE_DIR.parent})",

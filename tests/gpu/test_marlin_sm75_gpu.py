@@ -5,7 +5,7 @@ groups — is what ran. If anything silently put the fp32-accumulating path in i
 GPU itself, a wrong library, the T4 override not compiled in, a future vLLM that stops using fp16
 accumulation), the error against the fp16 matmul of the dequantized weights drops to fp32-accumulation level
 (the sm_90 build: 1.6e-6 at E2B shapes). This test fails then: at K >= 1536 an error <= 1e-5 is not the Turing
-path. The thresholds are written here on purpose, independently of verify/marlin-sm75-emulation.toml, so a
+path. The thresholds are written here on purpose, independently of engine-data/vllm/marlin-sm75-emulation.toml, so a
 change of the shipped data cannot weaken the test.
 
 Environment:

@@ -2,7 +2,7 @@
 own attention launches for sm_75 and sm_80, stock and with t4patch's patch sets applied.
 
 The releases run in three generations (vLLM 0.33.0 + SGLang 0.5.23, 0.32.0 + 0.5.22, 0.31.0 + 0.5.21). A
-release is compiled with the Triton series its pinned torch requires (verify/attention-cases.toml): in this
+release is compiled with the Triton series its pinned torch requires (cases/attention-cases.toml): in this
 interpreter when its triton is that series, else in the interpreter named by ``T4PATCH_TEST_PYTHON_TRITON_<X_Y>``
 (e.g. ``T4PATCH_TEST_PYTHON_TRITON_3_7``: a venv with triton 3.7.1 and a CPU torch); without one that release's
 reports are skipped, naming the variable. Results from another compiler would not be the engine's.

@@ -51,7 +51,7 @@ def sites(tmp_path_factory) -> dict[str, Path]:
 
 
 def _table_32_heads(tmp_path: Path, keep_refusals: bool = True):
-    text = (data_dir("verify") / "attention-cases.toml").read_text(encoding="utf-8")
+    text = (data_dir("cases") / "attention-cases.toml").read_text(encoding="utf-8")
     assert "num_query_heads = 8\n" in text and "accepted_refusal = " in text
     text = text.replace("num_query_heads = 8\n", "num_query_heads = 32\n")
     if not keep_refusals:

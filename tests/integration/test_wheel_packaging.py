@@ -2,7 +2,7 @@
 
 One wheel is built from the checkout (``pip wheel``, hatchling from PyPI) and installed with its dependencies into a
 fresh venv; every check reads that wheel or runs that venv from a directory outside the checkout, so nothing can
-fall back to the repository's own ``patches/``, ``builders/`` or ``verify/``.
+fall back to the repository's own data trees (``patches/``, ``recipes/``, ``hardware/``, ``engine-data/``, ``cases/``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tests.helpers import progress, run_with_progress
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
-DATA_TREES = ("patches", "builders", "verify")  # repository root -> t4patch/_data/<tree> in the wheel
+DATA_TREES = ("patches", "recipes", "hardware", "engine-data", "cases")  # repository root -> t4patch/_data/<tree> in the wheel
 NOT_SHIPPED = ("t4patch/engines/research", "t4patch/bench")  # pyproject's wheel exclude: run from a checkout only
 
 
@@ -141,7 +141,7 @@ def test_installed_wheel_lists_and_validates_the_shipped_patch_sets(installed: I
 
 
 def test_installed_wheel_loads_build_recipes_and_the_gpu_table(installed: Installed) -> None:
-    recipes_on_disk = sorted(p.stem for p in (REPO / "builders").glob("*.toml"))
+    recipes_on_disk = sorted(p.stem for p in (REPO / "recipes").glob("*.toml"))
     assert recipes_on_disk
     loaded = installed.python_json(
         "import json; from t4patch.builder.recipe import load_recipe, recipe_names; "
@@ -149,7 +149,7 @@ def test_installed_wheel_loads_build_recipes_and_the_gpu_table(installed: Instal
     )
     assert isinstance(loaded, dict) and sorted(loaded) == recipes_on_disk
     for name, (recipe_name, path) in loaded.items():
-        assert recipe_name == name and "/_data/builders/" in path and not Path(path).is_relative_to(REPO), path
+        assert recipe_name == name and "/_data/recipes/" in path and not Path(path).is_relative_to(REPO), path
     archs = installed.python_json(
         "import json; from t4patch.cuda.arch import load_archs; "
         "print(json.dumps({n: [a.major, a.minor, a.shared_limit] for n, a in load_archs().items()}))"

@@ -14,7 +14,7 @@ from t4patch.errors import DataFileError, UsageError
 
 
 def _doc(name: str = "llama.cpp") -> dict:
-    return tomllib.loads((data_dir("builders") / f"{name}.toml").read_text())
+    return tomllib.loads((data_dir("recipes") / f"{name}.toml").read_text())
 
 
 def test_shipped_recipes_load() -> None:
@@ -85,7 +85,7 @@ def test_invalid_recipes_are_refused(case: str) -> None:
     doc = copy.deepcopy(_doc())
     mutate(doc)
     with pytest.raises(DataFileError, match=message) as info:
-        parse_recipe(doc, data_dir("builders") / "llama.cpp.toml")
+        parse_recipe(doc, data_dir("recipes") / "llama.cpp.toml")
     assert "\n" not in str(info.value)
 
 
@@ -98,4 +98,4 @@ def test_features_without_placeholder_are_refused() -> None:
     doc = _doc("mistral.rs")
     doc["step"][0]["cuda_argv"] = []
     with pytest.raises(DataFileError, match="no step passes {features}"):
-        parse_recipe(doc, data_dir("builders") / "mistral.rs.toml")
+        parse_recipe(doc, data_dir("recipes") / "mistral.rs.toml")

@@ -94,7 +94,7 @@ def test_exit_code_16_is_documented_and_distinct():
 Edit = tuple[str, str, str]  # (text in the shipped file, replacement, what the refusal must say)
 KINDS: dict[str, tuple[str, Callable[[Path], object], list[Edit]]] = {
     "build recipe": (
-        "builders/llama.cpp.toml",
+        "recipes/llama.cpp.toml",
         load_recipe_file,
         [
             ("schema = 1\n", 'schema = 1\ncolour = "red"\n', "colour: unknown key 'colour' (allowed in top level: schema, name,"),
@@ -105,7 +105,7 @@ KINDS: dict[str, tuple[str, Callable[[Path], object], list[Edit]]] = {
         ],
     ),
     "attention case table": (
-        "verify/attention-cases.toml",
+        "cases/attention-cases.toml",
         load_cases,
         [
             ("kv_block_size = 16", "kv_block_size = 16\nblock = 1", "model.block: unknown key 'block' (allowed in model: name,"),
@@ -115,7 +115,7 @@ KINDS: dict[str, tuple[str, Callable[[Path], object], list[Edit]]] = {
         ],
     ),
     "GPU architecture table": (
-        "verify/gpu-archs.toml",
+        "hardware/gpu-archs.toml",
         load_archs,
         [
             ("warp_size = 32\nshared_memory_per_block_optin = 65536", "warp_size = 32\nshared_mem = 65536", "arch.sm_75.shared_mem: unknown key 'shared_mem'"),
@@ -124,7 +124,7 @@ KINDS: dict[str, tuple[str, Callable[[Path], object], list[Edit]]] = {
         ],
     ),
     "Marlin tolerances": (
-        "verify/marlin-tolerances.toml",
+        "cases/marlin-tolerances.toml",
         load_tolerances,
         [
             ("fail_above = 0.04", "fail_abov = 0.04", "accuracy.fail_abov: unknown key 'fail_abov' (allowed in accuracy: metric,"),
@@ -133,7 +133,7 @@ KINDS: dict[str, tuple[str, Callable[[Path], object], list[Edit]]] = {
         ],
     ),
     "GPU bandwidth table": (
-        "verify/gpu-memory-bandwidth.toml",
+        "hardware/gpu-memory-bandwidth.toml",
         load_bandwidth_table,
         [
             ("gb_per_s = 320", "gb_per_s = 320\nvendor = \"NVIDIA\"", "gpu[1].vendor: unknown key 'vendor' (allowed in gpu[1]: match, gb_per_s, source)"),
@@ -142,7 +142,7 @@ KINDS: dict[str, tuple[str, Callable[[Path], object], list[Edit]]] = {
         ],
     ),
     "shape table": (
-        "verify/shapes/gemma4-e2b.toml",
+        "cases/shapes/gemma4-e2b.toml",
         load_shape_file,
         [
             ("group_size = 32", "group_size = 32\ngroup = 32", "group: unknown key 'group' (allowed in top level: schema, name, model,"),
@@ -151,7 +151,7 @@ KINDS: dict[str, tuple[str, Callable[[Path], object], list[Edit]]] = {
         ],
     ),
     "vLLM Marlin library table": (
-        "verify/vllm-marlin-libraries.toml",
+        "engine-data/vllm/marlin-libraries.toml",
         known_files,
         [
             ('version = "0.33.0"\n', 'version = "0.33.0"\nsha = "x"\n', "library[1].sha: unknown key 'sha' (allowed in library[1]: file, sha256,"),

@@ -113,7 +113,7 @@ def test_shipped_tolerances():
 def test_tolerances_refuse_flag_above_fail(tmp_path):
     from t4patch.data.tomlcompat import tomllib
 
-    path = config.data_dir("verify") / "marlin-tolerances.toml"
+    path = config.data_dir("cases") / "marlin-tolerances.toml"
     doc = tomllib.loads(path.read_text())
     doc["accuracy"]["flag_above"] = 0.5
     with pytest.raises(DataFileError, match="flag_above"):

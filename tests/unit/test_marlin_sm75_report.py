@@ -174,7 +174,7 @@ def test_bad_config_is_refused(tmp_path):
     path.write_text('schema = 1\nevidence_class = "no placeholder"\n')
     with pytest.raises(DataFileError, match="missing required key"):
         turing.load_config(path)
-    good = (Path(turing.data_dir("verify")) / "marlin-sm75-emulation.toml").read_text()
+    good = (Path(turing.data_dir("engine-data")) / "vllm" / "marlin-sm75-emulation.toml").read_text()
     path.write_text(good.replace("min_k = 1536", "min_k = 1536\nmin_kk = 1"))
     with pytest.raises(DataFileError, match="unknown key 'min_kk'"):
         turing.load_config(path)

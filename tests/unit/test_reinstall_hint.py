@@ -36,7 +36,7 @@ def test_editable_checkout_restores_the_data_from_git(monkeypatch, tmp_path):
     (tmp_path / "repo" / ".git").mkdir(parents=True)
     url = {"url": (tmp_path / "repo").as_uri(), "dir_info": {"editable": True}}
     hint = _hint(monkeypatch, url, tmp_path / "elsewhere" / "t4patch")
-    assert hint.endswith(f"git -C {tmp_path / 'repo'} checkout -- patches builders verify")
+    assert hint.endswith(f"git -C {tmp_path / 'repo'} checkout -- patches recipes hardware engine-data cases")
 
 
 def test_wheel_install_is_reinstalled_from_the_same_wheel(monkeypatch, tmp_path):

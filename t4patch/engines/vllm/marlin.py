@@ -3,7 +3,7 @@
 vLLM 0.33.0 ships its CUDA ops in one library built on torch's stable C ABI, so it loads under other torch
 versions (seen under torch 2.11 + CUDA 13). Importing ``vllm`` instead would pull its whole runtime and needs
 its pinned torch. This module finds the library (an explicit path, possibly ``.xz``-compressed, or the target
-environment's vllm installation), loads it once, identifies it by sha256 against ``verify/vllm-marlin-
+environment's vllm installation), loads it once, identifies it by sha256 against ``engine-data/vllm/marlin-
 libraries.toml``, and can rebuild vLLM's own thin Python wrappers (``marlin_gemm``, ``gptq_marlin_repack``)
 from the real ``_custom_ops.py`` source next to it, so code that calls ``vllm._custom_ops`` runs vLLM's wrapper
 code and not a t4patch imitation.
@@ -103,8 +103,8 @@ LIBRARY_TABLE_SCHEMA = Table(
 
 
 def known_files(path: Path | None = None) -> tuple[KnownFile, ...]:
-    """The known-library table (default: the shipped ``verify/vllm-marlin-libraries.toml``), validated."""
-    path = path or data_dir("verify") / "vllm-marlin-libraries.toml"
+    """The known-library table (default: the shipped ``engine-data/vllm/marlin-libraries.toml``), validated."""
+    path = path or data_dir("engine-data") / "vllm" / "marlin-libraries.toml"
     doc = read(path, LIBRARY_TABLE_SCHEMA, LIBRARY_TABLE, version=1)
     result = []
     for index, entry in enumerate(doc["library"], start=1):

@@ -1,6 +1,6 @@
 """vLLM 0.33.0's Marlin, built from its sdist as PTX for compute_75 only, so any newer GPU runs the Turing code.
 
-The recipe is data (``builders/extensions/vllm-marlin-sm75/recipe.toml``): the sdist's sha256, the sha256 of
+The recipe is data (``recipes/vllm-marlin-sm75/recipe.toml``): the sdist's sha256, the sha256 of
 every source file the build reads, the one source change (an exact unified diff adding ``#ifdef``-guarded
 overrides after marlin.cu's three device queries), the emulated T4 values, the generator call and the nvcc
 flags. This module
@@ -66,7 +66,7 @@ _OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def recipe_dir() -> Path:
-    return data_dir("builders") / "extensions" / RECIPE_NAME
+    return data_dir("recipes") / RECIPE_NAME
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ Besides the shared checks (:mod:`t4patch.verify.marlin.checks`), this provider a
 - a **control**: GPTQ channel-wise (group -1), where Turing Marlin accumulates in fp32 by design;
 - the **comparison** with the seed's T4 range and the sm_90 build's figure.
 
-All thresholds are in ``verify/marlin-sm75-emulation.toml``.
+All thresholds are in ``engine-data/vllm/marlin-sm75-emulation.toml``.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ EMULATION_SCHEMA = Table({
 
 
 def load_config(path: Any = None) -> EmulationConfig:
-    path = path or data_dir("verify") / "marlin-sm75-emulation.toml"
+    path = path or data_dir("engine-data") / "vllm" / "marlin-sm75-emulation.toml"
     doc = read(path, EMULATION_SCHEMA, EMULATION_DATA, version=1)
     try:
         guard, awq, control, comp = doc["turing_path_guard"], doc["awq"], doc["control"], doc["comparison"]

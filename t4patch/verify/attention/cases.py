@@ -1,7 +1,7 @@
 """The data `verify attention` runs on: GPU architecture limits and the per-engine case table.
 
-Both are shipped TOML (``verify/gpu-archs.toml``, read by :mod:`t4patch.cuda.arch`, which owns the ``Arch``
-type; ``verify/attention-cases.toml`` here) so a new architecture or a new engine version is a data change,
+Both are shipped TOML (``hardware/gpu-archs.toml``, read by :mod:`t4patch.cuda.arch`, which owns the ``Arch``
+type; ``cases/attention-cases.toml`` here) so a new architecture or a new engine version is a data change,
 and both are validated on load: a typo in a limit would silently
 turn a misfit into a pass, which is exactly what this command exists to prevent.
 """
@@ -188,7 +188,7 @@ def resolve_arch(text: str, archs: dict[str, Arch] | None = None) -> Arch:
 
 def load_cases(path: Path | None = None) -> CaseTable:
     """The case table of ``attention-cases.toml``, validated."""
-    path = path or data_dir("verify") / CASES_FILE
+    path = path or data_dir("cases") / CASES_FILE
     data = read(path, CASES_SCHEMA, CASE_TABLE, version=SCHEMA_VERSION)
     model = _load_model(data, path)
     engines = tuple(_load_engine(key, entry, model, path) for key, entry in data["engine"].items())

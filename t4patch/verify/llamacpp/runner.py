@@ -71,7 +71,7 @@ class OpList:
 
 
 def load_ops(path: Path | None = None) -> OpList:
-    path = path or data_dir("verify") / OPS_FILE
+    path = path or data_dir("cases") / OPS_FILE
     doc = read(path, OP_LIST_SCHEMA, OP_LIST, version=1)
     ops, names = [], set()
     for i, entry in enumerate(doc["op"], start=1):

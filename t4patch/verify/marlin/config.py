@@ -1,5 +1,5 @@
-"""Thresholds and GPU facts of `verify marlin`, read from ``verify/marlin-tolerances.toml`` and
-``verify/gpu-memory-bandwidth.toml``.
+"""Thresholds and GPU facts of `verify marlin`, read from ``cases/marlin-tolerances.toml`` and
+``hardware/gpu-memory-bandwidth.toml``.
 
 They are data because every number in a verdict must be inspectable with its source; the loaders validate
 types and ranges so a typo in shipped data fails loudly instead of loosening a check.
@@ -161,8 +161,8 @@ def parse_tolerances(doc: dict[str, Any], path: Path) -> Tolerances:
 
 
 def load_tolerances(path: Path | None = None) -> Tolerances:
-    """The tolerances file (default: the shipped ``verify/marlin-tolerances.toml``), validated."""
-    path = path or data_dir("verify") / TOLERANCES_FILE
+    """The tolerances file (default: the shipped ``cases/marlin-tolerances.toml``), validated."""
+    path = path or data_dir("cases") / TOLERANCES_FILE
     return parse_tolerances(read(path, TOLERANCES_SCHEMA, MARLIN_DATA, version=SCHEMA_VERSION), path)
 
 
@@ -191,8 +191,8 @@ def parse_bandwidth_table(doc: dict[str, Any], path: Path) -> tuple[Bandwidth, .
 
 
 def load_bandwidth_table(path: Path | None = None) -> tuple[Bandwidth, ...]:
-    """The bandwidth table (default: the shipped ``verify/gpu-memory-bandwidth.toml``), validated."""
-    path = path or data_dir("verify") / BANDWIDTH_FILE
+    """The bandwidth table (default: the shipped ``hardware/gpu-memory-bandwidth.toml``), validated."""
+    path = path or data_dir("hardware") / BANDWIDTH_FILE
     return parse_bandwidth_table(read(path, BANDWIDTH_SCHEMA, MARLIN_DATA, version=SCHEMA_VERSION), path)
 
 

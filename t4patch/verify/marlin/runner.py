@@ -92,7 +92,7 @@ def _gpu(torch: Any) -> dict[str, Any]:
         "memory_bytes": props.total_memory,
         "l2_bytes": getattr(props, "L2_cache_size", 0) or 0,
         "peak_gb_per_s": peak.gb_per_s if peak else None,
-        "peak_source": peak.source if peak else "not in verify/gpu-memory-bandwidth.toml",
+        "peak_source": peak.source if peak else "not in hardware/gpu-memory-bandwidth.toml",
         "measured_copy_gb_per_s": copy_rate,  # device-to-device copy, read + write
         "driver": driver,
     }

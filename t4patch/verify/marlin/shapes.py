@@ -1,4 +1,4 @@
-"""Shape tables: which (N, K) Marlin GEMMs a model runs, read from ``verify/shapes/<name>.toml``.
+"""Shape tables: which (N, K) Marlin GEMMs a model runs, read from ``cases/shapes/<name>.toml``.
 
 The shapes are data so a reviewer can check each number against its stated source, and they are validated on
 load against Marlin's own constraints (N % 64, K % 128, K % group size): a shape the engine would reject or pad
@@ -132,12 +132,12 @@ def parse_shape_table(doc: dict[str, Any], path: Path) -> ShapeTable:
 
 
 def available_tables() -> list[str]:
-    return sorted(p.stem for p in (data_dir("verify") / "shapes").glob("*.toml"))
+    return sorted(p.stem for p in (data_dir("cases") / "shapes").glob("*.toml"))
 
 
 def load_shape_table(name: str) -> ShapeTable:
-    """The shipped table ``verify/shapes/<name>.toml``, validated."""
-    path = data_dir("verify") / "shapes" / f"{name}.toml"
+    """The shipped table ``cases/shapes/<name>.toml``, validated."""
+    path = data_dir("cases") / "shapes" / f"{name}.toml"
     if not _NAME.match(name) or not path.is_file():
         raise UsageError(
             f"--shapes {name}: expected one of {', '.join(available_tables()) or 'nothing'}, found no such table",
