@@ -126,6 +126,32 @@ def test_cli_rederives_a_report_from_a_recorded_log(capsys):
     assert doc["derived_from_log"] == str(FA_LOG)
 
 
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        ("{not json", "header is not JSON"),
+        ("[1, 2]", "JSON list, expected an object"),
+        ('{"build": "x"}', "'build' is not an object"),
+        ('{"build": {}, "backend": 3}', "'backend' is not a string"),
+    ],
+)
+def test_cli_refuses_a_log_with_a_malformed_header_in_one_line(tmp_path, capsys, header, message):
+    """A --log file is read back from disk: a damaged header line is exit 2 with one line, never a traceback."""
+    log = tmp_path / "bad.log"
+    log.write_text(runner.BUILD_INFO + header + "\n" + FA_LOG.read_text().split("\n", 1)[1])
+    assert cli.main(["verify", "llama.cpp", "--from-log", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and f"--from-log {log}: line 1:" in err and "Traceback" not in err
+
+
+def test_build_info_round_trips_through_a_log(tmp_path):
+    log = tmp_path / "run.log"
+    info = {"build": {"GGML_CUDA": "ON"}, "gpu": None, "capability": "9.0", "backend": "CUDA0", "binary": "/b/tbo"}
+    runner.write_build_info(log, info)
+    assert runner.read_build_info(log.read_text(), log) == info
+    assert runner.read_build_info("no header here\n", log) == {}
+
+
 def test_cli_exits_12_on_a_failing_case(tmp_path, capsys):
     log = tmp_path / "fail.log"
     log.write_text(

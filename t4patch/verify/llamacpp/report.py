@@ -42,6 +42,25 @@ def scope(evidence: str) -> list[str]:
     return out
 
 
+def build_payload(ops: Any, op_json: list[dict[str, Any]], build: dict[str, Any], capability: str | None,
+                  gpu: str | None, backend: str, binary: str) -> dict[str, Any]:
+    """The report (JSON schema 1's payload) of one run, or of one re-derived from its ``--log`` file."""
+    evidence = evidence_class(build, capability, backend)
+    payload: dict[str, Any] = {
+        "binary": binary,
+        "backend": backend,
+        "gpu": gpu,
+        "build": build,
+        "op_list": {"file": str(ops.path), "name": ops.name, "model": ops.model, "llama_cpp": ops.llama_cpp},
+        "evidence_class": evidence,
+        "does_not_prove": scope(evidence),
+        "totals": {key: sum(o[key] for o in op_json) for key in ("cases", "ok", "fail", "crashed", "not_supported", "skipped")},
+        "ops": op_json,
+    }
+    payload["verdict"] = verdict(op_json)
+    return payload
+
+
 def failures(results: list[dict[str, Any]]) -> list[str]:
     out = []
     for op in results:

@@ -11,6 +11,7 @@ shape Gemma 4 E2B produces is listed with what llama.cpp then does (the op list'
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -24,7 +25,7 @@ from typing import Any
 
 from t4patch.data.locations import data_dir
 from t4patch.data.reader import DataKind, ListOf, Number, Str, Table, optional, read
-from t4patch.errors import DataFileError, MissingDependencyError
+from t4patch.errors import DataFileError, MissingDependencyError, UsageError
 from t4patch.verify.llamacpp import parse
 
 BINARY = "test-backend-ops"
@@ -216,6 +217,44 @@ def run_op(binary: Path, backend: str, spec: OpSpec, timeout: float, progress: C
             handle.write("==== stderr\n" + "".join(err_lines) + "\n")
     judge(result, backend)
     return result
+
+
+BUILD_INFO = "==== build-info "
+
+
+def write_build_info(log: Path, info: dict[str, Any]) -> None:
+    """Append the run's header line (what was built, the GPU, the backend, the binary) to a ``--log`` file."""
+    with log.open("a", encoding="utf-8") as handle:
+        handle.write(BUILD_INFO + json.dumps(info) + "\n")
+
+
+def read_build_info(text: str, origin: Path) -> dict[str, Any]:
+    """The last header line of a ``--log`` file ({} when it has none).
+
+    The file is read back from disk, so it is untrusted: a header that is not a JSON object of the fields
+    :func:`write_build_info` writes is a UsageError naming the file, never a traceback.
+    """
+    info: dict[str, Any] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.startswith(BUILD_INFO):
+            continue
+        try:
+            doc = json.loads(line[len(BUILD_INFO):])
+        except ValueError as exc:
+            raise _bad_log(origin, number, f"its header is not JSON ({exc})") from exc
+        if not isinstance(doc, dict):
+            raise _bad_log(origin, number, f"its header is a JSON {type(doc).__name__}, expected an object")
+        if not isinstance(doc.get("build", {}), dict):
+            raise _bad_log(origin, number, "its header's 'build' is not an object")
+        for key in ("gpu", "capability", "backend", "binary"):
+            if doc.get(key) is not None and not isinstance(doc[key], str):
+                raise _bad_log(origin, number, f"its header's {key!r} is not a string")
+        info = doc
+    return info
+
+
+def _bad_log(origin: Path, line: int, what: str) -> UsageError:
+    return UsageError(f"--from-log {origin}: line {line}: {what}", hint="pass the file a --log run wrote, unedited")
 
 
 _LOG_HEAD = re.compile(r"^==== (?P<name>.+?): \$ (?P<argv>.*)$")
