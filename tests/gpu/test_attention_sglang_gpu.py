@@ -1,6 +1,6 @@
 """The patched SGLang 0.5.23 Triton attention, with the tiles a T4 gets, against a torch reference on a real GPU.
 
-Runs ``python -m t4patch.engines.research.attention_gpu_sglang`` in a subprocess (it installs an import hook for the
+Runs ``python -m tools.research.attention_gpu_sglang`` in a subprocess (it installs an import hook for the
 ``sglang`` package and must not share a process with tests that import a real SGLang) and checks its JSON:
 every case within 2e-3 max abs error, and the launchers picked the T4 tiles (7.5 / 65,536 B) and SGLang's
 stock Hopper tiles (9.0). Skipped without a CUDA GPU. Where the patched kernels come from:
@@ -70,7 +70,7 @@ def result(sglang_dir, tmp_path_factory) -> dict:
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(
-        [sys.executable, "-m", "t4patch.engines.research.attention_gpu_sglang", "--sglang-dir", str(sglang_dir),
+        [sys.executable, "-m", "tools.research.attention_gpu_sglang", "--sglang-dir", str(sglang_dir),
          "--out", str(out)],
         capture_output=True, text=True, env=env, timeout=900,
     )

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from t4patch.bench import build_archs
-from t4patch.bench.build_archs import (
+from tools.bench import build_archs
+from tools.bench.build_archs import (
     ARCH_FLAG,
     advance,
     default_list_plan,

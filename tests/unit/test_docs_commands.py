@@ -7,7 +7,7 @@ lines that start with `t4patch` in untagged blocks, and inline code spans that s
 with abbreviations off, so an unknown or misspelt option fails here; a usage synopsis (``[--ref REF | ...]``)
 must name only options the command has; an inline mention of a bare command (``t4patch verify marlin``) must
 name a command that exists. Commands that need no GPU, network or engine (``--help``, ``--version``, ``list``,
-``doctor``, ``validate`` of the shipped sets) are run. ``python -m t4patch.<module>`` must name an importable
+``doctor``, ``validate`` of the shipped sets) are run. ``python -m t4patch.<module>`` (or ``tools.<module>``) must name an importable
 module; ``pip install`` lines must not install t4patch from PyPI (it is not there) and must pin engine versions
 that have a shipped patch set. Failures name the file and line.
 """
@@ -164,7 +164,7 @@ def collect() -> tuple[list[Command], list[Command], list[Command], list[Command
         rel = path.relative_to(REPO).as_posix()
         for line, text, kind in shell_snippets(path):
             if kind == "inline" and not re.match(
-                r"((\S*/)?t4patch|python3? -m t4patch|pip3? (install|download))(\s|$|\.)", text
+                r"((\S*/)?t4patch|python3? -m (t4patch|tools)|pip3? (install|download))(\s|$|\.)", text
             ):
                 continue
             if kind != "block" and re.match(r"(\S*/)?t4patch\s", text) and is_synopsis(text):
@@ -177,7 +177,7 @@ def collect() -> tuple[list[Command], list[Command], list[Command], list[Command
                 elif is_python(argv[0]) and len(argv) > 2 and argv[1] == "-m":
                     if argv[2] == "t4patch":
                         cmd = Command(rel, line, shown, kind, argv[3:])
-                    elif argv[2].startswith("t4patch."):
+                    elif argv[2].startswith(("t4patch.", "tools.")):
                         modules.append(Command(rel, line, shown, kind, [argv[2]]))
                         continue
                     elif argv[2] == "pip":

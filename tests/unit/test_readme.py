@@ -84,14 +84,20 @@ def test_package_map_names_every_package() -> None:
     assert [p for p in packages if not listed(p)] == [], "packages missing from the README package map"
 
 
-def test_package_map_marks_exactly_the_excluded_packages_not_shipped() -> None:
+def test_package_map_marks_the_tools_outside_the_package_not_shipped() -> None:
+    """The wheel ships the whole package (no exclude), and the map names every maintainer tool package of tools/
+    in one row that says they are not shipped."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    excluded = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["exclude"]
-    assert excluded, "pyproject excludes nothing from the wheel"
-    not_shipped = [row for row in _package_map_rows() if "not shipped" in row]
-    assert len(not_shipped) == 1, not_shipped
-    for path in excluded:
-        assert f"`{path.replace('/', '.')}`" in not_shipped[0], f"{path} is excluded from the wheel but not marked"
+    assert "exclude" not in pyproject["tool"]["hatch"]["build"]["targets"]["wheel"], "the wheel excludes part of t4patch"
+    tools = sorted(
+        ".".join(p.parent.relative_to(REPO).parts)
+        for p in (REPO / "tools").rglob("*/__init__.py")
+        if "__pycache__" not in p.parts
+    )
+    assert "tools.research" in tools and "tools.bench" in tools, tools
+    rows = [line for line in readme_section("Package map").splitlines() if line.startswith("| `tools")]
+    assert len(rows) == 1 and "not shipped" in rows[0], rows
+    assert [t for t in tools if f"`{t}`" not in rows[0]] == [], "tools packages missing from the README package map"
 
 
 def test_ci_runs_the_quick_start_first_with_the_bundled_pip() -> None:

@@ -19,7 +19,7 @@ command continues later. Two measures are reported per variant:
 
 Run (repeat the same command until it prints the comparison; it exits 75 while a build is unfinished):
 
-    python -m t4patch.bench.build_archs --source LLAMA_CPP_DIR --work DIR [--jobs N] [--time-limit S] [--json]
+    python -m tools.bench.build_archs --source LLAMA_CPP_DIR --work DIR [--jobs N] [--time-limit S] [--json]
 
 ``--from-logs SM75_LOG DEFAULT_LOG...`` builds nothing and compares saved ``.ninja_log`` files object by object
 (how docs/verification's numbers are re-derived from the logs kept there), including default-list builds that
@@ -335,11 +335,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.from_logs:
             return _from_logs(args.from_logs, args.json, args.missing_ratio)
         if args.missing_ratio is not None:
-            raise UsageError("--missing-ratio only applies to --from-logs", hint="python -m t4patch.bench.build_archs "
+            raise UsageError("--missing-ratio only applies to --from-logs", hint="python -m tools.bench.build_archs "
                              "--from-logs SM75_LOG DEFAULT_LOG --missing-ratio R")
         if args.source is None or args.work is None:
             raise UsageError("--source and --work are required (or --from-logs to compare saved logs)",
-                             hint="python -m t4patch.bench.build_archs --source LLAMA_CPP_DIR --work DIR")
+                             hint="python -m tools.bench.build_archs --source LLAMA_CPP_DIR --work DIR")
         return _run(args, say)
     except T4PatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -349,14 +349,14 @@ def main(argv: list[str] | None = None) -> int:
 def _from_logs(logs: list[Path], as_json: bool, missing_ratio: float | None) -> int:
     if len(logs) < 2:
         raise UsageError("--from-logs needs the sm75 log and at least one default-list log",
-                         hint="python -m t4patch.bench.build_archs --from-logs sm75/.ninja_log default/.ninja_log")
+                         hint="python -m tools.bench.build_archs --from-logs sm75/.ninja_log default/.ninja_log")
     for log in logs:
         if not log.is_file():
             raise UsageError(f"--from-logs {log}: expected a .ninja_log file, found nothing there",
                              hint="pass the build directories' .ninja_log files")
     if missing_ratio is not None and missing_ratio <= 0:
         raise UsageError(f"--missing-ratio {missing_ratio}: expected a positive ratio such as 4.6",
-                         hint="python -m t4patch.bench.build_archs --from-logs ... --missing-ratio 4.6")
+                         hint="python -m tools.bench.build_archs --from-logs ... --missing-ratio 4.6")
     doc = compare_objects(parse_ninja_log(logs[0]), [parse_ninja_log(p) for p in logs[1:]],
                           missing_ratio=missing_ratio)
     print(json.dumps(doc, indent=2) if as_json else render_objects(doc))
@@ -394,7 +394,7 @@ def _run(args: argparse.Namespace, say) -> int:
     variants = tuple(v.strip() for v in args.variants.split(","))
     if sorted(variants) != sorted(VARIANTS):
         raise UsageError(f"--variants {args.variants!r}: expected both of {', '.join(VARIANTS)} in some order",
-                         hint="python -m t4patch.bench.build_archs --variants sm75,default ...")
+                         hint="python -m tools.bench.build_archs --variants sm75,default ...")
     nvcc = find_nvcc()
     work = args.work.resolve()
     plans = {v: variant_plan(v, source=args.source, work=work, jobs=args.jobs, nvcc=nvcc) for v in variants}
@@ -402,7 +402,7 @@ def _run(args: argparse.Namespace, say) -> int:
     for check in checks:
         if not check.ok:
             say(check.line())
-    enforce(checks, command="python -m t4patch.bench.build_archs " + " ".join(sys.argv[1:]))
+    enforce(checks, command="python -m tools.bench.build_archs " + " ".join(sys.argv[1:]))
     deadline = time.monotonic() + (args.time_limit if args.time_limit is not None else float("inf"))
     states = {}
     for variant in variants:

@@ -3,7 +3,7 @@
 Both are whole-process runs on the same environment, alternated so that caches and machine load affect them
 alike; the report gives medians and the ratio (goal: t4patch status <= 1.0x pip show). Run:
 
-    python -m t4patch.bench.status [--site-packages DIR | --python EXE] [--runs 15]
+    python -m tools.bench.status [--site-packages DIR | --python EXE] [--runs 15]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from t4patch import engines
+from t4patch.commands.engine_table import ENGINES
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.site_packages, env.get("PYTHONPATH", "")]))
         target = ["--site-packages", args.site_packages]
     t4 = [sys.executable, "-m", "t4patch", "status", *target]
-    pip = [py, "-m", "pip", "show", "--disable-pip-version-check", *(engine.name for engine in engines.ENGINES)]
+    pip = [py, "-m", "pip", "show", "--disable-pip-version-check", *(engine.name for engine in ENGINES)]
     if args.site_packages:
         pip = [sys.executable, *pip[1:]]
 

@@ -1,7 +1,7 @@
 """GPU run for `verify attention`: numerics of the clamped (sm_75) tile configurations on a real GPU, and the
 split-K scratch-size experiment. Run on a CUDA machine, not part of the CLI:
 
-    python -m t4patch.engines.research.attention_gpu --vllm-dir DIR --out result.json
+    python -m tools.research.attention_gpu --vllm-dir DIR --out result.json
 
 ``DIR`` holds vLLM 0.33.0's two attention files, ``triton_unified_attention.py`` (the *patched* one) and
 ``triton_attention_helpers.py``; the GPU machine has no vLLM, so they are loaded by path under minimal

@@ -1,7 +1,7 @@
 """GPU run for `verify attention`, SGLang half: numerics of the *patched* SGLang 0.5.23 Triton attention with
 the tiles a T4 gets, on a real GPU. Run on a CUDA machine, not part of the CLI:
 
-    python -m t4patch.engines.research.attention_gpu_sglang --sglang-dir DIR --out result.json
+    python -m tools.research.attention_gpu_sglang --sglang-dir DIR --out result.json
 
 ``DIR`` is a tree holding the patched wheel's ``sglang/kernels/ops/attention/{extend_attention,
 decode_attention,score_mod}.py`` and ``sglang/srt/environ.py`` (the env registry the launchers read). The GPU
@@ -40,8 +40,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from t4patch.engines.research import attention_gpu as gpu
 from t4patch.engines.sglang.attention import DECODE_MODULE, EXTEND_MODULE, UTILS_MODULE, SkeletonFinder, _utils_standin
+from tools.research import attention_gpu as gpu
 
 BOUND = gpu.BOUND
 T4_LIMIT = gpu.T4_LIMIT

@@ -3,12 +3,12 @@
 Evidence class: "sm_75 code executed on sm_XX through PTX JIT, T4 host parameters emulated". Run on a CUDA
 machine, not part of the CLI:
 
-    python -m t4patch.engines.research.attention_sm75_ptx --vllm-dir DIR --sglang-dir DIR --out result.json
+    python -m tools.research.attention_sm75_ptx --vllm-dir DIR --sglang-dir DIR --out result.json
 
 What happens per launch. The engine's own launcher runs (patched vLLM 0.33.0 ``unified_attention``: 2D, 3D
 split-K and ``reduce_segments``; patched SGLang 0.5.23 ``extend_attention_fwd`` and grouped
 ``decode_attention_fwd``), told it is on a T4 (compute capability 7.5, 65,536 B opt-in shared memory; the
-stand-ins of :mod:`t4patch.engines.research.attention_gpu` / ``attention_gpu_sglang``), so it picks the T4's tiles.
+stand-ins of :mod:`tools.research.attention_gpu` / ``attention_gpu_sglang``), so it picks the T4's tiles.
 Triton then compiles each kernel for ``GPUTarget("cuda", 75, 32)`` — the target ``t4patch verify attention``
 compiles for on the CPU — instead of this GPU: every launched JIT function gets a separate per-device cache
 created while the driver's ``get_current_target`` answers sm_75. When Triton loads the compiled kernel, the
@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from t4patch.engines.research import attention_gpu as gpu
+from tools.research import attention_gpu as gpu
 
 BOUND = gpu.BOUND
 T4_LIMIT = gpu.T4_LIMIT
@@ -212,7 +212,7 @@ def sglang_numerics(extend: Any, decode: Any, small: bool) -> list[dict[str, Any
 
     import torch
 
-    from t4patch.engines.research import attention_gpu_sglang as sg
+    from tools.research import attention_gpu_sglang as sg
 
     capture_e = gpu.LaunchCapture(extend, sg.EXTEND_KERNELS, sg.CONSTEXPRS)
     capture_d = gpu.LaunchCapture(decode, sg.DECODE_KERNELS, sg.CONSTEXPRS)
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             result["vllm_seconds"] = round(time.time() - t0, 1)
             save()
         if args.sglang_dir:
-            from t4patch.engines.research import attention_gpu_sglang as sg
+            from tools.research import attention_gpu_sglang as sg
 
             result["sglang_files"] = {f: hashlib.sha256((args.sglang_dir / f).read_bytes()).hexdigest() for f in sg.FILES}
             t0 = time.time()
