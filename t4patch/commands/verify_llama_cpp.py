@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     return _emit(args, payload)
 
 
-def _from_log(args: argparse.Namespace, ops) -> int:  # noqa: ANN001
+def _from_log(args: argparse.Namespace, ops) -> int:
     from t4patch.errors import UsageError
     from t4patch.verify.llamacpp import runner
 

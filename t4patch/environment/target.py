@@ -98,7 +98,7 @@ class TargetEnvironment:
             for dist in Distribution.discover(name=key, path=[str(directory)]):
                 if not isinstance(dist, PathDistribution):
                     continue
-                dist_info = Path(str(dist._path))  # noqa: SLF001 - the only way to get the metadata dir
+                dist_info = Path(str(dist._path))  # the only way to get the metadata dir
                 if dist_info.suffix != ".dist-info":
                     continue
                 version = dist.version

@@ -238,7 +238,7 @@ def _describe_paths(paths: Sequence[Path]) -> str:
 
 def _state_line(entries: Sequence[Entry]) -> str:
     """Which files hold their new and which their old bytes right now (hashed from disk)."""
-    new = [e.path for e in entries if not e.soft and jr._holds(e.path, e.new_sha256)]  # noqa: SLF001
+    new = [e.path for e in entries if not e.soft and jr._holds(e.path, e.new_sha256)]
     old = [e.path for e in entries if not e.soft and e.path not in new]
     return f"new bytes: {_describe_paths(new)}; previous bytes: {_describe_paths(old)}"
 

@@ -188,7 +188,7 @@ def _p2p_pairs(count: int) -> list[tuple[int, int, bool]] | str:
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001, S110 - shutting down a library that failed is not a finding
+        except Exception:  # noqa: BLE001 - shutting down a library that failed is not a finding
             pass
 
 

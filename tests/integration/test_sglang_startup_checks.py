@@ -38,7 +38,7 @@ def test_atomic_add_switch_is_validated_at_import(tmp_path: Path, monkeypatch):
     assert calls and calls[0] > names.index(PARSER), "the module body must call the parser at import"
     definition = tree.body[names.index(PARSER)]
     namespace: dict[str, object] = {"os": os, "Optional": Optional}
-    exec(compile(ast.Module(body=[definition], type_ignores=[]), MODULE, "exec"), namespace)  # noqa: S102
+    exec(compile(ast.Module(body=[definition], type_ignores=[]), MODULE, "exec"), namespace)
     parse = namespace[PARSER]
     for value, expected in (("", None), ("1", True), ("yes", True), ("0", False), ("False", False)):
         monkeypatch.setenv("SGLANG_MARLIN_USE_ATOMIC_ADD", value)
@@ -77,7 +77,7 @@ def test_moe_marlin_is_refused_while_the_weights_load(tmp_path: Path):
             "_t4patch_marlin_via_vllm": lambda index, via=via: via,
         }
         exec(compile(ast.Module(body=[_function(tree, REFUSAL)], type_ignores=[]), REFUSAL_MODULE, "exec"),
-             namespace)  # noqa: S102
+             namespace)
         refuse = namespace[REFUSAL]
         if below or via:
             with pytest.raises(NotImplementedError, match="MoE Marlin kernel .* is empty below compute capability 8.0"):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from t4patch.errors import BuildError, T4PatchError
 from tools.bench import build_archs
 from tools.bench.build_archs import (
     ARCH_FLAG,
@@ -20,7 +21,6 @@ from tools.bench.build_archs import (
     variant_plan,
     variant_report,
 )
-from t4patch.errors import BuildError, T4PatchError
 
 
 def test_default_variant_differs_only_by_the_arch_flag(tmp_path: Path) -> None:

@@ -219,7 +219,7 @@ def _kernel_resources(kernel: Any) -> dict[str, Any]:
     """Shared bytes, Triton's n_regs/n_spills (from the loaded module), and cuobjdump's REG/STACK of the cubin."""
     out: dict[str, Any] = {"shared": int(kernel.metadata.shared), "num_warps": int(kernel.metadata.num_warps)}
     with contextlib.suppress(Exception):
-        kernel._init_handles()  # noqa: SLF001 - loads the module so n_regs / n_spills exist
+        kernel._init_handles()  # loads the module so n_regs / n_spills exist
     out["n_regs"] = getattr(kernel, "n_regs", None)
     out["n_spills"] = getattr(kernel, "n_spills", None)
     try:

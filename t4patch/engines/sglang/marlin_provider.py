@@ -111,7 +111,7 @@ def sglang_provider(
         # as gptq_kernels.py:124 calls it: keywords, perm = the (empty) g_idx sort indices
         return sg_repack(q, perm=empty_int(q.device), size_k=k, size_n=n, num_bits=4)
 
-    def gemm(a, c, w, s, ws, m, n, k, use_atomic_add, use_fp32_reduce):  # noqa: ANN001, ANN202
+    def gemm(a, c, w, s, ws, m, n, k, use_atomic_add, use_fp32_reduce):
         # as apply_gptq_marlin_linear (marlin_utils.py:481-499) calls it for a sym, desc_act=False checkpoint
         empty = empty_int(a.device)
         return sg_gemm(

@@ -250,7 +250,7 @@ def wrappers_from_source(custom_ops_py: Path, scalar_type_module: types.ModuleTy
     module.__dict__["torch"] = torch
     module.__dict__["ScalarType"] = getattr(scalar_type_module, "ScalarType", object)
     # annotations like `torch.Tensor | None` are evaluated at def time on 3.10+; that is fine with torch here
-    exec(compile(ast.Module(body=list[ast.stmt](wanted), type_ignores=[]), str(custom_ops_py), "exec"), module.__dict__)  # noqa: S102
+    exec(compile(ast.Module(body=list[ast.stmt](wanted), type_ignores=[]), str(custom_ops_py), "exec"), module.__dict__)
     module.__dict__["_t4patch_standin"] = (
         f"vllm._custom_ops rebuilt from {custom_ops_py} ({', '.join(WRAPPERS)} only, verbatim) over the loaded library"
     )

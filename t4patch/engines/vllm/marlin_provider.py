@@ -73,7 +73,7 @@ def resolve_ops(target: TargetEnvironment, vllm_lib_path: str | None, *, need_wr
         else:
             info.update(source=IMPORTED_SOURCE, scalar_type_id_matches=weight_type.id == UINT4B8.id)
 
-            def gemm(a, c, w, s, ws, m, n, k, use_atomic_add, use_fp32_reduce):  # noqa: ANN001, ANN202
+            def gemm(a, c, w, s, ws, m, n, k, use_atomic_add, use_fp32_reduce):
                 return custom_ops.marlin_gemm(
                     a, c, w, None, s, None, None, None, ws, weight_type, m, n, k,
                     use_atomic_add=use_atomic_add, use_fp32_reduce=use_fp32_reduce, is_zp_float=False,
@@ -106,21 +106,21 @@ def resolve_ops(target: TargetEnvironment, vllm_lib_path: str | None, *, need_wr
     type_id = library_type.id
     if wrappers is not None:
         # what SGLang's redirect calls, so "direct" below means vllm._custom_ops.marlin_gemm, vLLM's own wrapper
-        def gemm(a, c, w, s, ws, m, n, k, use_atomic_add, use_fp32_reduce):  # noqa: ANN001, ANN202
+        def gemm(a, c, w, s, ws, m, n, k, use_atomic_add, use_fp32_reduce):
             return wrappers.marlin_gemm(
                 a, c, w, None, s, None, None, None, ws, library_type, m, n, k,
                 use_atomic_add=use_atomic_add, use_fp32_reduce=use_fp32_reduce, is_zp_float=False,
             )
 
-        def repack(q, k, n):  # noqa: ANN001, ANN202
+        def repack(q, k, n):
             return wrappers.gptq_marlin_repack(q, k, n, 4)
     else:
-        def gemm(a, c, w, s, ws, m, n, k, use_atomic_add, use_fp32_reduce):  # noqa: ANN001, ANN202
+        def gemm(a, c, w, s, ws, m, n, k, use_atomic_add, use_fp32_reduce):
             return torch.ops._C.marlin_gemm(
                 a, c, w, None, s, None, None, None, ws, type_id, m, n, k, use_atomic_add, use_fp32_reduce, False
             )
 
-        def repack(q, k, n):  # noqa: ANN001, ANN202
+        def repack(q, k, n):
             return torch.ops._C.gptq_marlin_repack(q, k, n, 4, False)
 
     return VllmOps(

@@ -173,10 +173,10 @@ def sm75_provider(target: Any, vllm_lib_path: str | None, *, capability: tuple[i
     built = marlin_sm75.build(recipe, sdist)
     ops = marlin_sm75.load_ops(built, recipe)
 
-    def gemm(a, c, w, s, ws, m, n, k, use_atomic_add, use_fp32_reduce):  # noqa: ANN001, ANN202
+    def gemm(a, c, w, s, ws, m, n, k, use_atomic_add, use_fp32_reduce):
         return ops.marlin_gemm(a, c, w, None, s, None, None, None, ws, UINT4B8.id, m, n, k, use_atomic_add, use_fp32_reduce, False)
 
-    def repack(q, k, n):  # noqa: ANN001, ANN202
+    def repack(q, k, n):
         return ops.gptq_marlin_repack(q, k, n, 4, False)
 
     record = built.record

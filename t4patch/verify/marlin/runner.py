@@ -143,7 +143,7 @@ def execute(
     capability = tuple(int(x) for x in gpu["capability"].split("."))
     failures = checks.Failures([])
     started = datetime.datetime.now(datetime.timezone.utc)
-    device = checks._device(settings)  # noqa: SLF001
+    device = checks._device(settings)
     act_order = provider.act_order_probe(failures, device) if provider.act_order_probe else None
     switch_off = provider.switch_off_probe(capability, failures) if provider.switch_off_probe else None  # type: ignore[arg-type]
     results = []
