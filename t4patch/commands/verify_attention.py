@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from t4patch import engines
 from t4patch.cli_options import add_json_option, add_target_options
+from t4patch.commands.engine_table import ENGINES
 from t4patch.environment.target import resolve_target
 from t4patch.output import emit_json, say
 
@@ -21,7 +21,7 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         "attention",
         help="compile each engine's Triton attention for a GPU architecture and check it fits",
         description="Drive the installed engine's own attention launcher ("
-        + "; ".join(e.attention_summary for e in engines.ENGINES if e.attention_summary)
+        + "; ".join(e.attention_summary for e in ENGINES if e.attention_summary)
         + ") with Gemma 4 E2B shapes, compile every "
         "launch for --arch instead of running it, and report tiles, warps, shared memory against the "
         "architecture's limit, registers and spills. Needs torch (CPU build is fine) and the triton the "
@@ -31,7 +31,7 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         "engines",
         nargs="*",
         metavar="ENGINE",
-        help=" and/or ".join(e.name for e in engines.ENGINES if e.attention_drivers)
+        help=" and/or ".join(e.name for e in ENGINES if e.attention_drivers)
         + " (default: every installed engine with a case table)",
     )
     parser.add_argument(
@@ -47,7 +47,7 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 
 def run(args: argparse.Namespace) -> int:
-    from t4patch.verify.attention.cases import resolve_arch
+    from t4patch.verify.attention.cases import load_cases, resolve_arch
     from t4patch.verify.attention.runner import check, verify_attention
 
     arch = resolve_arch(args.arch)
@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         target,
         python=target.python if args.python else None,
         site_packages=str(target.search_path[0]) if args.site_packages else None,
+        table=load_cases(drivers=ENGINES.attention_drivers()),  # the case table may name only the table's drivers
     )
     if args.json:
         emit_json("verify attention", report.to_json())

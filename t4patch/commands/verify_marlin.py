@@ -17,9 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from t4patch import engines
 from t4patch.cli_options import add_json_option, add_target_options
-from t4patch.engines.base import ProviderOption
+from t4patch.commands.engine_table import ENGINES
+from t4patch.contract import ProviderOption
 from t4patch.environment import interpreter
 from t4patch.environment.target import resolve_target
 from t4patch.errors import TargetEnvironmentError
@@ -29,7 +29,7 @@ from t4patch.output import emit_json, say
 def _provider_options() -> list[ProviderOption]:
     """Every provider's own options, once each (providers of one engine family share them)."""
     seen: dict[str, ProviderOption] = {}
-    for spec in engines.marlin_specs():
+    for spec in ENGINES.marlin_specs():
         for option in spec.options:
             seen.setdefault(option.flag, option)
     return list(seen.values())
@@ -46,7 +46,7 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
             "Gemma-sized activations, and kernel time against fp16 matmul and the GPU's memory bandwidth."
         ),
     )
-    specs = engines.marlin_specs()
+    specs = ENGINES.marlin_specs()
     parser.add_argument(
         "--provider",
         choices=[spec.name for spec in specs],
@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     request = runner.Request(
         provider=args.provider,
         target=target,
+        engines=ENGINES,
         shapes=args.shapes,
         m_values=runner.parse_m_list(args.m_list) if args.m_list else None,
         quick=args.quick,
@@ -119,6 +120,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report.COMMAND, payload)
     else:
-        say(report.render_text(payload))
+        say(report.render_text(payload, ENGINES))
     report.raise_for_failures(failures)
     return 0

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from t4patch.cli_options import add_json_option
-from t4patch.engines import example_spec
+from t4patch.commands.engine_table import example_spec
 from t4patch.output import emit_json, say
 
 DESCRIPTION = """\

@@ -25,6 +25,9 @@ from t4patch.errors import DataFileError, UsageError
 SCHEMA_VERSION = 1
 ARCHS_FILE = "gpu-archs.toml"
 CPU_WORD = "cpu"  # the user's word for "no GPU code" (build --arch cpu); never an Arch
+# Turing (Tesla T4): the architecture t4patch exists for, as a compute capability and as its sm number
+TURING_CAPABILITY = (7, 5)
+TURING = TURING_CAPABILITY[0] * 10 + TURING_CAPABILITY[1]  # 75, as in sm_75 and the fatbin entry headers
 _ARCH_NAME = re.compile(r"^sm_(?P<major>\d)(?P<minor>\d)$")
 # "75", "sm_75", "sm75", "compute_75", "7.5" (case and surrounding space ignored)
 _USER_SPELLING = re.compile(r"^(?:sm_?|compute_)?(?P<major>\d)\.?(?P<minor>\d)$")

@@ -44,7 +44,7 @@ def data_dir(kind: str) -> Path:
                 hint="unset T4PATCH_PATCHES to use the patch sets shipped with t4patch",
             )
         return override
-    for candidate in (_PACKAGE_DIR / "_data" / kind, _PACKAGE_DIR.parent / kind):
+    for candidate in shipped_dirs(kind):
         if candidate.is_dir():
             return candidate
     # patches/ is patch-set data (exit 7); the other trees are the other shipped data (exit 16)
@@ -53,6 +53,16 @@ def data_dir(kind: str) -> Path:
         f"t4patch's {kind}/ data is missing (looked in {_PACKAGE_DIR / '_data'} and {_PACKAGE_DIR.parent})",
         hint=reinstall_hint(),
     )
+
+
+def shipped_dirs(kind: str) -> tuple[Path, Path]:
+    """Where the shipped tree of ``kind`` may be, in lookup order: inside an installed wheel
+    (``t4patch/_data/<kind>``), then in the checkout this t4patch runs from (``<repository>/<kind>``). Neither
+    need exist; :func:`data_dir` returns the first that does. (Code that must recognise the shipped files, for
+    instance to refuse writing into them, asks here rather than spelling the two places out.)"""
+    if kind not in DATA_KINDS:
+        raise ValueError(f"unknown data kind {kind!r}")
+    return (_PACKAGE_DIR / "_data" / kind, _PACKAGE_DIR.parent / kind)
 
 
 @functools.cache

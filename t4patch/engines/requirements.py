@@ -10,7 +10,7 @@ from t4patch.environment.target import TargetEnvironment
 from t4patch.errors import T4PatchError
 from t4patch.patching.local_version import release_of
 from t4patch.patching.manifest import Companion, PatchSet
-from t4patch.patching.registry import all_patch_sets, find_patch_set, supported_versions
+from t4patch.patching.registry import all_patch_sets, find_patch_set, newest_supported
 
 
 def patch_set_for(distribution: str, version: str | None) -> PatchSet | None:
@@ -20,8 +20,8 @@ def patch_set_for(distribution: str, version: str | None) -> PatchSet | None:
             return find_patch_set(distribution, version)
         except T4PatchError:
             pass
-    versions = supported_versions(distribution)
-    return find_patch_set(distribution, versions[-1]) if versions else None
+    newest = newest_supported(distribution)
+    return find_patch_set(distribution, newest) if newest else None
 
 
 def companion(distribution: str, version: str | None, needs: str) -> Companion | None:
@@ -40,12 +40,6 @@ def required_releases(distribution: str) -> list[Companion]:
             if item.distribution == distribution and item not in found:
                 found.append(item)
     return found
-
-
-def newest_supported(distribution: str) -> str | None:
-    """The newest version of ``distribution`` that has a shipped patch set, or None."""
-    versions = supported_versions(distribution)
-    return versions[-1] if versions else None
 
 
 def companion_problems(patch_set: PatchSet, target: TargetEnvironment) -> list[str]:

@@ -1,58 +1,25 @@
-"""One readiness check's answer (ok / warn / fail, why, the fix) and what every check may look at.
+"""What readiness checks read from an installed distribution's files: its requirements, its shared libraries.
 
-Checks read files and metadata only (dist-info, fatbin headers, NVML, /proc, PATH): never torch, triton or an
-engine import, so `doctor` stays well under a second. A check that does not apply says "ok" and why.
+The check's answer and the context it looks at (:class:`Check`, :class:`Context`) are part of the engine
+contract (:mod:`t4patch.contract`); they are re-exported here for the checks that import them with
+these helpers. Everything here reads files only: no engine, torch or triton import.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from email.parser import Parser
-from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from t4patch.cuda.gpu import GpuReport
-from t4patch.environment.target import InstalledDistribution, TargetEnvironment
-
-STATUSES = ("ok", "warn", "fail")
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str  # stable key, e.g. "torch-cuda-arch"
-    status: str  # ok | warn | fail
-    reason: str  # one line: what was found
-    fix: str | None = None  # the command or change that fixes it (None when ok)
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"check {self.name}: status {self.status!r} is not one of {STATUSES}")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "reason": self.reason, "fix": self.fix}
-
-
-@dataclass(frozen=True)
-class Context:
-    """What the checks look at: the target environment, the GPUs, RAM and swap."""
-
-    target: TargetEnvironment
-    gpus: GpuReport
-    memory: dict[str, int | None]
-
-    @property
-    def turing(self) -> list[Any]:
-        return [g for g in self.gpus.gpus if g.cc_tuple < (8, 0)]
-
-    @property
-    def turing_relevant(self) -> bool:
-        """Whether sm_75 code matters here: a Turing GPU is present, or no GPU was found (a T4 box being set up)."""
-        return bool(self.turing) or not self.gpus.gpus
+from t4patch.contract.doctor import STATUSES as STATUSES
+from t4patch.contract.doctor import Check as Check
+from t4patch.contract.engine import Context as Context
+from t4patch.environment.target import InstalledDistribution
 
 
 def requirement(dist: InstalledDistribution, name: str) -> Requirement | None:
-    """``dist``'s unconditional ``Requires-Dist`` on ``name``, or None."""
+    """``dist``'s unconditional ``Requires-Dist`` on ``name`` (the first, parsed by packaging), or None: the one
+    reader of ``Requires-Dist`` lines."""
     try:
         text = (dist.dist_info / "METADATA").read_text(encoding="utf-8")
     except OSError:

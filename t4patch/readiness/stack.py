@@ -1,5 +1,7 @@
 """The generic readiness checks: the stack under every engine (torch, Triton, FlashInfer, the CUDA toolkit,
-RAM and swap, several GPUs on one host), plus whatever each engine of the table adds (``Engine.doctor_checks``).
+RAM and swap, several GPUs on one host). Which engine needs what (nvcc at run time, FlashInfer, flags for
+GPUs without peer-to-peer) is asked of the engine table the context carries; each engine's own checks come
+from its doctor hook (``Engine.doctor``), which the doctor command calls.
 
 Every fact comes from files: torch's architecture list from the fatbin headers of ``libtorch_cuda.so``
 (:mod:`t4patch.cuda.code_index`), versions and pins from dist-info, peer-to-peer from NVML.
@@ -7,20 +9,20 @@ Every fact comes from files: torch's architecture list from the fatbin headers o
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-from pathlib import Path
-
-from t4patch import engines
+from t4patch.cuda.arch import TURING
 from t4patch.cuda.code_index import code_architectures
+from t4patch.cuda.nvcc import nvcc_release
 from t4patch.readiness.model import Check, Context, requirement
 
-TURING = 75
 TORCH_CUDA_LIBRARY = "torch/lib/libtorch_cuda.so"
-# Loading Gemma 4 E2B (the reference model of the shape tables) for serving on a T4 VM with 7.5 GiB RAM needed a
-# 16 GB swapfile: RAM + swap below this has been seen to be killed while the weights load.
-MODEL_LOAD_GIB = 23.5
+# A rig, not a measured need: Gemma 4 E2B (the reference model of the shape tables) was loaded for serving on a
+# T4 VM with 7.5 GiB RAM (the seed article's GCE n1-standard-2; the article itself prints 7.4 GiB) and a 16 GB
+# swapfile, 23.5 together. Nobody measured the load's peak RAM + swap (docs/troubleshooting.md §10 says so):
+# below the rig's total the load is not known to fit, and it may.
+RIG_RAM_GIB = 7.5
+RIG_SWAP_GB = 16
+MODEL_LOAD_GIB = RIG_RAM_GIB + RIG_SWAP_GB
+RIG = f"{RIG_RAM_GIB} GiB RAM + {RIG_SWAP_GB} GB swap, the T4 VM Gemma 4 E2B was loaded on: a rig, not a measured need"
 GIB = 2**30
 
 
@@ -90,32 +92,13 @@ def triton_version(ctx: Context) -> Check:
     return Check("triton", "ok", f"triton {triton.version}{pinned}; it compiles for sm_75 (no bf16 there)")
 
 
-def _nvcc() -> tuple[str | None, str | None]:
-    """(path, version) of the CUDA compiler on PATH or under $CUDA_HOME, or (None, None)."""
-    candidates = [shutil.which("nvcc")]
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(var):
-            candidates.append(str(Path(os.environ[var]) / "bin" / "nvcc"))
-    candidates.append("/usr/local/cuda/bin/nvcc")
-    for path in candidates:
-        if path and Path(path).is_file() and os.access(path, os.X_OK):
-            try:
-                out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=5).stdout
-            except (OSError, subprocess.TimeoutExpired):
-                return path, None
-            version = next((line.split("release")[-1].split(",")[0].strip() for line in out.splitlines()
-                            if "release" in line), None)
-            return path, version
-    return None, None
-
-
 def nvcc_at_runtime(ctx: Context) -> Check:
     needs = [
         f"{dist} ({why})"
-        for dist, why in (*((e.name, e.runtime_nvcc) for e in engines.ENGINES), ("flashinfer-python", FLASHINFER_JIT))
+        for dist, why in (*((e.name, e.runtime_nvcc) for e in ctx.engines), ("flashinfer-python", FLASHINFER_JIT))
         if why and ctx.target.find(dist) is not None
     ]
-    path, version = _nvcc()
+    path, version = nvcc_release()
     if path is not None:
         return Check("nvcc", "ok", f"nvcc {version or '?'} at {path}" + (f", needed by {'; '.join(needs)}" if needs else ""))
     if not needs:
@@ -137,9 +120,8 @@ def flashinfer_turing(ctx: Context) -> Check:
         return Check("flashinfer", "ok", "flashinfer-python is not installed")
     if not ctx.turing_relevant:
         return Check("flashinfer", "ok", f"flashinfer-python {flashinfer.version}; no Turing GPU here")
-    users = [e.label for e in engines.ENGINES if e.flashinfer_on_turing and ctx.target.find(e.name) is not None]
-    fixes = [f"{e.label}: {e.flashinfer_on_turing}" for e in engines.ENGINES
-             if e.flashinfer_on_turing and ctx.target.find(e.name) is not None]
+    users = [e.label for e in ctx.installed_engines() if e.flashinfer_on_turing]
+    fixes = [f"{e.label}: {e.flashinfer_on_turing}" for e in ctx.installed_engines() if e.flashinfer_on_turing]
     return Check(
         "flashinfer", "warn",
         f"flashinfer-python {flashinfer.version} on sm_75: FlashInfer's sm_75 support is broken "
@@ -155,11 +137,11 @@ def memory_for_model(ctx: Context) -> Check:
     total = (ram + swap) / GIB
     text = f"RAM {ram / GIB:.1f} GiB + swap {swap / GIB:.1f} GiB = {total:.1f} GiB"
     if total >= MODEL_LOAD_GIB:
-        return Check("memory", "ok", f"{text}, enough to load Gemma 4 E2B (needs about {MODEL_LOAD_GIB} GiB)")
+        return Check("memory", "ok", f"{text}, at least {RIG}")
     missing = MODEL_LOAD_GIB - total
     return Check(
         "memory", "warn",
-        f"{text}: loading Gemma 4 E2B needed about {MODEL_LOAD_GIB} GiB (7.5 GiB RAM + 16 GB swap on a T4 VM)",
+        f"{text}: less than {RIG} (the load's peak was never measured: less may fit)",
         fix=f"add at least {missing:.0f} GiB of swap: fallocate -l {max(1, round(missing + 0.5))}G /swapfile && "
         "chmod 600 /swapfile && mkswap /swapfile && swapon /swapfile",
     )
@@ -197,8 +179,8 @@ def multi_gpu(ctx: Context) -> Check:
     if count < 2:
         return Check("multi-gpu", "ok", f"{count} GPU{'s' if count != 1 else ''}: no tensor parallelism to check")
     pairs = _p2p_pairs(count)
-    flags = "; ".join(f"{e.label}: {e.multi_gpu_without_p2p}" for e in engines.ENGINES
-                      if e.multi_gpu_without_p2p and ctx.target.find(e.name) is not None)
+    flags = "; ".join(f"{e.label}: {e.multi_gpu_without_p2p}" for e in ctx.installed_engines()
+                      if e.multi_gpu_without_p2p)
     if isinstance(pairs, str):
         return Check("multi-gpu", "warn", f"{count} GPUs; peer-to-peer status unknown: {pairs}", fix=flags or None)
     without = [f"{i}-{j}" for i, j, ok in pairs if not ok]
@@ -216,8 +198,5 @@ GENERIC = (torch_cuda_arch, triton_version, nvcc_at_runtime, flashinfer_turing, 
 
 
 def run_checks(ctx: Context) -> list[Check]:
-    """Every generic check, then every engine's own, in the engine table's order."""
-    checks = [check(ctx) for check in GENERIC]
-    for engine in engines.ENGINES:
-        checks.extend(engine.doctor_checks(ctx))
-    return checks
+    """Every generic check, in doctor's order (the engines' own follow, from their doctor hooks)."""
+    return [check(ctx) for check in GENERIC]

@@ -10,25 +10,24 @@ on PATH).
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+import shlex
+import sys
 from dataclasses import dataclass, field
-from email.parser import Parser
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 
-from t4patch.cuda.cubin import function_names
-from t4patch.engines.base import DoctorSection
+from t4patch.contract import Context, DoctorSection
+from t4patch.cuda.arch import TURING
 from t4patch.engines.requirements import companion
+from t4patch.engines.vllm.marlin import LIBRARY as DEFAULT_LIBRARY  # where vLLM keeps it, when the manifest names none
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment
 from t4patch.errors import T4PatchError
 from t4patch.patching.local_version import release_of
 from t4patch.patching.manifest import Companion
+from t4patch.readiness.model import requirement
 
 COMPANION = "vllm"  # the engine whose compiled Marlin the patched SGLang calls below cc 8.0
-DEFAULT_LIBRARY = "vllm/_C_stable_libtorch.abi3.so"  # where vLLM keeps it, when the manifest names none
-MARLIN_ARCH = 75
 
 
 @dataclass(frozen=True)
@@ -59,35 +58,9 @@ class SglangReadiness:
 
 
 def torch_requirement(dist: InstalledDistribution) -> str | None:
-    """The distribution's own `Requires-Dist: torch...` line (unconditional ones), or None."""
-    try:
-        metadata = Parser().parsestr((dist.dist_info / "METADATA").read_text(encoding="utf-8"), headersonly=True)
-    except OSError:
-        return None
-    for line in metadata.get_all("Requires-Dist") or []:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if req.name == "torch" and (req.marker is None or req.marker.evaluate({"extra": ""})):
-            return str(req.specifier) or "any"
-    return None
-
-
-def count_marlin_kernels(cubins: Iterable[bytes]) -> tuple[int, int]:
-    """(Marlin GEMM kernels, Marlin repack kernels) among the function symbols of the given cubins."""
-    return count_marlin_names(name for cubin in cubins for name in function_names(cubin))
-
-
-def count_marlin_names(names: Iterable[str]) -> tuple[int, int]:
-    """(Marlin GEMM kernels, Marlin repack kernels) among kernel names."""
-    gemm = repack = 0
-    for name in names:
-        if "marlin_repack" in name.lower():
-            repack += 1
-        elif re.search(r"6Marlin[I0-9]|MarlinDefault", name):
-            gemm += 1
-    return gemm, repack
+    """The distribution's own `Requires-Dist: torch...` specifier (unconditional ones; "any" when unpinned)."""
+    req = requirement(dist, "torch")
+    return None if req is None else (str(req.specifier) or "any")
 
 
 def cuobjdump_sm75_cubins(path: str) -> int | None:
@@ -95,7 +68,7 @@ def cuobjdump_sm75_cubins(path: str) -> int | None:
     from t4patch.cuda.cuobjdump import list_code
 
     listing = list_code(path, ptx=False, timeout=300)
-    return None if listing is None else listing.cubins_for(parse_arch(str(MARLIN_ARCH)))
+    return None if listing is None else listing.cubins_for(parse_arch(str(TURING)))
 
 
 def check(target: TargetEnvironment) -> SglangReadiness | None:
@@ -113,15 +86,17 @@ def check(target: TargetEnvironment) -> SglangReadiness | None:
     warnings: list[str] = []
     pins = {d.name: pin for d in (sglang, vllm) if d is not None and (pin := torch_requirement(d))}
     library = gemm = repack = cross = None
+    # aimed at the target: its interpreter's pip, or --target DIR for a bare site-packages (as apply's warning);
+    # --no-deps always: vLLM's own requirements (its torch among them) would replace SGLang's
+    install_vllm = f"{target.pip_install()} --no-deps vllm=={wanted}"
     if vllm is None:
         warnings.append(
             f"vLLM is not installed beside SGLang: below cc 8.0 patched SGLang runs Marlin through vLLM's "
-            f"kernels; install it after SGLang: pip install --no-deps vllm=={wanted}"
+            f"kernels; install it after SGLang: {install_vllm}"
         )
     elif release_of(vllm.version) != wanted:  # a `t4patch wheel` install is its release
         warnings.append(
-            f"vLLM {vllm.version} is installed; the SGLang patch set calls vLLM {wanted}'s Marlin API: "
-            f"pip install --no-deps vllm=={wanted}"
+            f"vLLM {vllm.version} is installed; the SGLang patch set calls vLLM {wanted}'s Marlin API: {install_vllm}"
         )
     if vllm is not None:
         so = vllm.root / ((needs.library if needs else None) or DEFAULT_LIBRARY)
@@ -137,18 +112,20 @@ def check(target: TargetEnvironment) -> SglangReadiness | None:
                 # Without a zstd decoder the kernel names cannot be read; the entry headers still say
                 # whether sm_75 machine code is there at all.
                 try:
-                    sm75 = cuda_architectures(so, decode=False).containers_by_sass.get(f"sm_{MARLIN_ARCH}", 0)
+                    sm75 = cuda_architectures(so, decode=False).containers_by_sass.get(f"sm_{TURING}", 0)
                 except T4PatchError:
                     sm75 = 0
                 warnings.append(
                     f"could not list the kernels in {so} ({exc.message}); its fatbin has sm_75 SASS in {sm75} "
-                    "containers; to check for Marlin specifically: pip install zstandard"
+                    "containers; to check for Marlin specifically, give t4patch a zstd decoder: "
+                    f"{shlex.quote(sys.executable)} -m pip install zstandard"
                 )
             else:
                 if not gemm or not repack:
                     warnings.append(
                         f"{so} has {gemm} sm_75 Marlin GEMM and {repack} repack kernels: this vLLM build cannot run "
-                        f"Marlin on a T4; use the PyPI wheel vllm=={wanted}"
+                        f"Marlin on a T4; put the PyPI wheel back: {target.pip_install()} --force-reinstall --no-deps "
+                        f"vllm=={wanted}"
                     )
             cross = cuobjdump_sm75_cubins(library)
     sglang_pin = pins.get("sglang")
@@ -157,20 +134,27 @@ def check(target: TargetEnvironment) -> SglangReadiness | None:
         # library uses only torch's stable C ABI. SGLang's own pin is the one that must hold.
         if not Requirement(f"torch{sglang_pin}").specifier.contains(torch.version.split("+")[0], prereleases=True):
             warnings.append(
-                f"torch {torch.version} does not satisfy SGLang's torch{sglang_pin}: reinstall SGLang's torch "
-                f"(pip install 'torch{sglang_pin}'), then vLLM with --no-deps"
+                f"torch {torch.version} does not satisfy SGLang's torch{sglang_pin}: install SGLang's torch "
+                f"({target.pip_install()} {shlex.quote('torch' + sglang_pin)}); vLLM, installed with --no-deps, "
+                "stays as it is"
             )
     elif torch is None:
-        warnings.append("torch is not installed in this environment")
+        wanted_torch = "torch" + (sglang_pin if sglang_pin and sglang_pin != "any" else "")
+        warnings.append(
+            f"torch is not installed in this environment: {target.pip_install()} {shlex.quote(wanted_torch)} "
+            "(SGLang's own pin; then rerun t4patch doctor to check its sm_75 code)"
+        )
     return SglangReadiness(
         sglang.version, needs, vllm.version if vllm else None, torch.version if torch else None, pins, library,
         gemm, repack, cross, warnings,
     )
 
 
-def section(target: TargetEnvironment) -> DoctorSection | None:
-    """Doctor's SGLang section: None when SGLang is not installed in ``target``."""
-    ready = check(target)
+def section(ctx: Context) -> DoctorSection | None:
+    """Doctor's SGLang section: its block, its advice and its checks; None when SGLang is not installed."""
+    from t4patch.engines.sglang.readiness import kernel_code
+
+    ready = check(ctx.target)
     if ready is None:
         return None
     lines = [f"  vLLM beside it:   {ready.vllm_version or 'not installed'}"]
@@ -188,6 +172,7 @@ def section(target: TargetEnvironment) -> DoctorSection | None:
     lines.append(f"  torch:            {ready.torch_version or 'not installed'} (pins: {pins})")
     wanted = ready.companion.version if ready.companion else "?"
     return DoctorSection(
+        checks=(kernel_code(ctx),),
         title=f"SGLang {ready.sglang_version} on Turing (Marlin runs through vLLM {wanted}):",
         lines=tuple(lines),
         warnings=tuple(ready.warnings),

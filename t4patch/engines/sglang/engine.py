@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from t4patch.engines.base import DoctorSection, Engine, MarlinScope, MarlinSpec
-from t4patch.engines.vllm.engine import LIBRARY_OPTION, VllmEngine
+from t4patch.contract import Engine, MarlinProvider, MarlinScope, MarlinSpec
+from t4patch.engines.vllm.engine import LIBRARY_OPTION
 
 if TYPE_CHECKING:
+    from t4patch.contract import Context, DoctorSection
     from t4patch.environment.target import TargetEnvironment
-    from t4patch.readiness.model import Check, Context
-    from t4patch.verify.marlin.providers import MarlinProvider
 
 
 def _redirect_provider(
@@ -46,26 +45,18 @@ class SglangEngine(Engine):
             redirect_to="vllm",
         ),
     )
+    # the redirect runs vLLM's kernels: their numerics and library come from the engine `redirect_to` names,
+    # through the table; only what a run proves about the redirect itself is SGLang's
+    marlin_scope = MarlinScope(
+        redirect_clause="for the sglang provider that the patched functions reach vLLM's op and return bitwise "
+        "its result",
+    )
     doctor_key = "sglang"
     runtime_nvcc = "its JIT kernels compile with nvcc at first use"
     flashinfer_on_turing = "it uses FlashInfer for norms and sampling; serve with --sampling-backend pytorch"
     multi_gpu_without_p2p = "--tp N --disable-custom-all-reduce"
 
-    def doctor_checks(self, ctx: Context) -> list[Check]:
-        from t4patch.engines.sglang.readiness import checks
-
-        return checks(ctx)
-
-    def marlin_scope(self) -> MarlinScope:
-        kernels = VllmEngine().marlin_scope()  # the redirect runs vLLM's kernels
-        return MarlinScope(
-            numerics_reference=kernels.numerics_reference,
-            library=kernels.library,
-            redirect_clause="for the sglang provider that the patched functions reach vLLM's op and return bitwise "
-            "its result",
-        )
-
-    def doctor(self, target: TargetEnvironment) -> DoctorSection | None:
+    def doctor(self, ctx: Context) -> DoctorSection | None:
         from t4patch.engines.sglang.doctor import section
 
-        return section(target)
+        return section(ctx)

@@ -37,7 +37,7 @@ JIT_COMMON_FILE = Path("sglang/kernels/jit/utils/common.py")
 
 def patched_release() -> str:
     """The newest SGLang release t4patch ships a patch set for (the one the hints tell users to install)."""
-    from t4patch.engines.requirements import newest_supported
+    from t4patch.patching.registry import newest_supported
 
     return newest_supported("sglang") or "?"
 

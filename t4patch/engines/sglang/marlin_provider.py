@@ -11,8 +11,10 @@ loudly, and on cc >= 8.0 without the switch the patched code must keep SGLang's 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from t4patch.contract import FailureSink, MarlinProvider, RedirectLabels
 from t4patch.engines.requirements import companion
 from t4patch.engines.sglang import marlin as sglang_loader
 from t4patch.engines.sglang.marlin import SGLangJitCalled
@@ -20,8 +22,7 @@ from t4patch.engines.vllm import marlin_provider as vllm_side
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment
 from t4patch.errors import ForeignFileError, MissingDependencyError, NotAppliedError
 from t4patch.verify.marlin import layout, quant
-from t4patch.verify.marlin.checks import Failures, _err, _sync
-from t4patch.verify.marlin.providers import MarlinProvider, RedirectLabels, sms
+from t4patch.verify.marlin.probe import err, sms, sync
 
 if TYPE_CHECKING:
     import torch
@@ -132,12 +133,7 @@ def sglang_provider(
         "standins": standins,
         "redirect_forced_with": f"{VIA_VLLM_ENV}=1" if forced else None,
     }
-    raw = {
-        "gptq_marlin_gemm": sg_gemm,
-        "gptq_marlin_repack": sg_repack,
-        "weight_type": weight_type,
-        "gemm_module": loaded.gemm_module,
-    }
+    functions = PatchedFunctions(gemm=sg_gemm, repack=sg_repack, weight_type=weight_type, gemm_module=loaded.gemm_module)
     series = ".".join(needs.version.split(".")[:2]) if needs else "?"
     provider = MarlinProvider(
         name="sglang",
@@ -147,32 +143,45 @@ def sglang_provider(
         info=info,
         direct_gemm=ops.gemm,
         direct_workspace=vllm_side.workspace,
-        raw=raw,
         redirect=LABELS,
         own_path_errors=(SGLangJitCalled,),
     )
-    return _with_probes(provider, series)
+    return _with_probes(provider, functions, series)
 
 
-def _with_probes(provider: MarlinProvider, companion_series: str) -> MarlinProvider:
+@dataclass(frozen=True)
+class PatchedFunctions:
+    """The patched SGLang functions themselves, for the probes that call them with SGLang's own arguments."""
+
+    gemm: Any  # gptq_marlin_gemm
+    repack: Any  # gptq_marlin_repack
+    weight_type: Any  # the scalar type passed as b_q_type
+    gemm_module: Any  # the module holding the patch's cached cc switch (_t4patch_marlin_via_vllm)
+
+
+def _with_probes(provider: MarlinProvider, functions: PatchedFunctions, companion_series: str) -> MarlinProvider:
     from dataclasses import replace
 
     return replace(
         provider,
-        act_order_probe=lambda failures, device: probe_act_order(provider, failures, device, companion_series),
-        switch_off_probe=lambda capability, failures: probe_switch_off(provider, capability, failures),
+        act_order_probe=lambda failures, device: probe_act_order(
+            provider, functions, failures, device, companion_series
+        ),
+        switch_off_probe=lambda capability, failures: probe_switch_off(provider, functions, capability, failures),
     )
 
 
 def probe_act_order(
-    provider: MarlinProvider, failures: Failures, device: torch.device, companion_series: str
+    provider: MarlinProvider,
+    functions: PatchedFunctions,
+    failures: FailureSink,
+    device: torch.device,
+    companion_series: str,
 ) -> dict[str, Any]:
     """Act-order (non-empty g_idx / perm) must be refused loudly, not computed or JIT-ed."""
     import torch
 
-    gemm = provider.raw.get("gptq_marlin_gemm")
-    repack = provider.raw.get("gptq_marlin_repack")
-    weight_type = provider.raw.get("weight_type")
+    gemm, repack, weight_type = functions.gemm, functions.repack, functions.weight_type
     if gemm is None or repack is None:
         return {"applicable": False}
     k, n, m, group = 256, 64, 1, 32
@@ -186,12 +195,12 @@ def probe_act_order(
     def attempt(what: str, fn: Any) -> None:
         try:
             fn()
-            _sync(device)
+            sync(device)
         except SGLangJitCalled as exc:
-            result[what] = {"refused": False, "error": _err(exc)}
+            result[what] = {"refused": False, "error": err(exc)}
             failures.add("redirect", f"act-order {what}: fell through to SGLang's own JIT kernel instead of refusing")
         except Exception as exc:  # noqa: BLE001 - the refusal we want
-            result[what] = {"refused": True, "error": _err(exc)}
+            result[what] = {"refused": True, "error": err(exc)}
         else:
             result[what] = {"refused": False}
             failures.add(
@@ -203,7 +212,7 @@ def probe_act_order(
     try:
         marlin_q = repack(packed, perm=empty, size_k=k, size_n=n, num_bits=4)
     except Exception as exc:  # noqa: BLE001 - the per-shape repack check reports this failure in full
-        result["gemm"] = {"refused": False, "error": f"not probed: plain repack raised {_err(exc)}"}
+        result["gemm"] = {"refused": False, "error": f"not probed: plain repack raised {err(exc)}"}
         return result
     scales = layout.marlin_permute_scales(weight.scales, k, n, group).to(device)
     a = torch.randn(m, k, generator=quant.cpu_generator(0, "act-order-a")).half().to(device)
@@ -219,7 +228,7 @@ def probe_act_order(
 
 
 def probe_switch_off(
-    provider: MarlinProvider, capability: tuple[int, int], failures: Failures
+    provider: MarlinProvider, functions: PatchedFunctions, capability: tuple[int, int], failures: FailureSink
 ) -> dict[str, Any] | None:
     """On cc >= 8.0 without SGLANG_MARLIN_VIA_VLLM, the patched SGLang must keep its own kernels (stock).
 
@@ -232,7 +241,7 @@ def probe_switch_off(
         return None
     if not torch.cuda.is_available():
         return None
-    decision = getattr(provider.raw.get("gemm_module"), "_t4patch_marlin_via_vllm", None)
+    decision = getattr(functions.gemm_module, "_t4patch_marlin_via_vllm", None)
     if decision is None or not hasattr(decision, "cache_clear"):
         return {"env": f"{VIA_VLLM_ENV} unset", "repack": "not probed: the patched module has no cached switch"}
     previous = os.environ.pop(VIA_VLLM_ENV, None)
@@ -250,7 +259,7 @@ def probe_switch_off(
         outcome = "SGLang's own JIT path, as stock (reached the t4patch stand-in of load_jit)"
         stock = True
     except Exception as exc:  # noqa: BLE001
-        outcome = f"raised {_err(exc)}"
+        outcome = f"raised {err(exc)}"
         stock = False
     finally:
         if previous is not None:

@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from t4patch.engines.base import Engine, MarlinScope, MarlinSpec, ProviderOption
+from t4patch.contract import Engine, MarlinProvider, MarlinScope, MarlinSpec, ProviderOption
 
 if TYPE_CHECKING:
+    from t4patch.contract import Context, DoctorSection
     from t4patch.environment.target import TargetEnvironment
-    from t4patch.readiness.model import Check, Context
-    from t4patch.verify.marlin.providers import MarlinProvider
 
 LIBRARY_OPTION = ProviderOption(
     flag="--vllm-lib",
@@ -67,12 +66,10 @@ class VllmEngine(Engine):
         ),
     )
 
+    marlin_scope = MarlinScope(numerics_reference="vLLM PR #29901", library="vLLM's library")
     multi_gpu_without_p2p = "--tensor-parallel-size N --disable-custom-all-reduce"
 
-    def doctor_checks(self, ctx: Context) -> list[Check]:
-        from t4patch.engines.vllm.readiness import checks
+    def doctor(self, ctx: Context) -> DoctorSection | None:
+        from t4patch.engines.vllm.readiness import section
 
-        return checks(ctx)
-
-    def marlin_scope(self) -> MarlinScope:
-        return MarlinScope(numerics_reference="vLLM PR #29901", library="vLLM's library")
+        return section(ctx)

@@ -27,6 +27,7 @@ from t4patch.errors import DataFileError, MissingDependencyError
 from t4patch.fileio.hashing import sha256_file
 
 LIBRARY_NAME = "_C_stable_libtorch.abi3.so"
+LIBRARY = f"vllm/{LIBRARY_NAME}"  # the one home of its path inside site-packages (doctor, loaders, hints)
 REQUIRED_OPS = ("marlin_gemm", "gptq_marlin_repack")
 # The wrappers SGLang's patched code calls through vllm._custom_ops (vLLM 0.33.0 lines 1104-1252).
 WRAPPERS = ("gptq_marlin_repack", "awq_marlin_repack", "marlin_gemm")
@@ -38,7 +39,7 @@ def companion_version() -> str:
     from t4patch.engines.requirements import required_releases
 
     releases = required_releases("vllm")
-    with_library = [c for c in releases if c.library == f"vllm/{LIBRARY_NAME}"]
+    with_library = [c for c in releases if c.library == LIBRARY]
     return (with_library or releases)[0].version if releases else "?"
 
 
@@ -121,8 +122,9 @@ def identify(sha256: str) -> KnownFile | None:
 
 
 def _cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
-    return Path(base) / "t4patch" / "vllm-lib"
+    from t4patch.fileio.cache import cache_dir
+
+    return cache_dir("vllm-lib")
 
 
 def _decompress(xz_path: Path) -> Path:
@@ -158,7 +160,7 @@ def locate_library(explicit: str | None, vllm_root: Path | None) -> Path:
             )
         return path
     if vllm_root is not None:
-        path = vllm_root / "vllm" / LIBRARY_NAME
+        path = vllm_root / LIBRARY
         if path.is_file():
             return path
         raise MissingDependencyError(
@@ -166,7 +168,7 @@ def locate_library(explicit: str | None, vllm_root: Path | None) -> Path:
             hint=install_hint(),
         )
     raise MissingDependencyError(
-        f"expected vLLM {companion_version()}'s compiled Marlin kernels (vllm/{LIBRARY_NAME}) in the target "
+        f"expected vLLM {companion_version()}'s compiled Marlin kernels ({LIBRARY}) in the target "
         "environment, found no vllm installation",
         hint=install_hint(),
     )
@@ -234,7 +236,7 @@ def wrappers_from_source(custom_ops_py: Path, scalar_type_module: types.ModuleTy
     if not custom_ops_py.is_file():
         raise MissingDependencyError(
             f"expected vLLM's {custom_ops_py.name} beside its compiled library at {custom_ops_py}, found nothing",
-            hint=f"keep vllm/_custom_ops.py next to vllm/{LIBRARY_NAME}, or install vllm=={companion_version()}",
+            hint=f"keep vllm/_custom_ops.py next to {LIBRARY}, or install vllm=={companion_version()}",
         )
     tree = ast.parse(custom_ops_py.read_text(encoding="utf-8"), filename=str(custom_ops_py))
     wanted = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name in WRAPPERS]

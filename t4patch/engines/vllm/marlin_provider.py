@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from t4patch.contract import MARLIN_MAX_BLOCKS_PER_SM, GemmFn, MarlinProvider
 from t4patch.engines.vllm import marlin as vllm_lib
 from t4patch.environment.target import TargetEnvironment
 from t4patch.fileio.hashing import sha256_file
-from t4patch.verify.marlin.providers import MARLIN_MAX_BLOCKS_PER_SM, GemmFn, MarlinProvider, sms
+from t4patch.verify.marlin.probe import sms
 from t4patch.verify.marlin.scalar_type import UINT4B8
 
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ their ``__CUDA_ARCH__ == 750`` branches — Turing's fp16-accumulating mma inclu
 present; the host code believes it runs on a T4 (cc 7.5, 65,536 B, 40 SMs) and picks the T4's kernels and
 partitioning. On a real T4 the same PTX is compiled for the card itself and the overrides are its own values.
 
-Besides the shared checks (:mod:`t4patch.verify.marlin.checks`), this provider adds, through
-``raw["extra_checks"]``:
+Besides the shared checks (:mod:`t4patch.verify.marlin.checks`), this provider adds, through its
+``extra_checks`` hook (and states its own scope through ``scope``):
 
 - the **Turing-path guard**: at K >= ``min_k`` an error vs the fp16 matmul at or below fp32-accumulation
   level means the fp16-accumulating path did not run: an accuracy failure, never a pass;
@@ -26,21 +26,20 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from t4patch.contract import MARLIN_MAX_BLOCKS_PER_SM, FailureSink, MarlinProvider
 from t4patch.data.locations import data_dir
 from t4patch.data.reader import DataKind, ListOf, Number, Str, Table, read
 from t4patch.errors import DataFileError
-from t4patch.verify.marlin import layout, metrics, quant
+from t4patch.verify.marlin import layout, metrics, probe, quant
 from t4patch.verify.marlin.scalar_type import UINT4B8, uint
 
 if TYPE_CHECKING:
     import torch
 
-    from t4patch.verify.marlin.checks import Failures, Settings
-    from t4patch.verify.marlin.providers import MarlinProvider
+    from t4patch.verify.marlin.checks import Settings
     from t4patch.verify.marlin.shapes import ShapeTable
 
 NAME = "vllm-sm75"
-MARLIN_MAX_BLOCKS_PER_SM = 4  # vLLM marlin_utils.py: get_marlin_workspace allocates sms * 4
 UINT4 = uint(4, 0)
 _INTERLEAVE_4BIT = (0, 2, 4, 6, 1, 3, 5, 7)
 
@@ -165,7 +164,6 @@ def marlin_zero_points(zeros: torch.Tensor, n: int) -> torch.Tensor:
 def sm75_provider(target: Any, vllm_lib_path: str | None, *, capability: tuple[int, int]) -> MarlinProvider:
     """Build or find the compute_75-only library, load it, and wrap its ops as a MarlinProvider."""
     from t4patch.engines.vllm import marlin_sm75
-    from t4patch.verify.marlin.providers import MarlinProvider
 
     config = load_config()
     recipe = marlin_sm75.load_recipe()
@@ -210,7 +208,7 @@ def sm75_provider(target: Any, vllm_lib_path: str | None, *, capability: tuple[i
     }
     workspace = _workspace
 
-    def extra(results: list[dict[str, Any]], table: ShapeTable, settings: Settings, failures: Failures) -> dict[str, Any]:
+    def extra(results: list[dict[str, Any]], table: ShapeTable, settings: Settings, failures: FailureSink) -> dict[str, Any]:
         return extra_checks(ops, workspace, config, results, table, settings, failures, capability)
 
     return MarlinProvider(
@@ -219,7 +217,8 @@ def sm75_provider(target: Any, vllm_lib_path: str | None, *, capability: tuple[i
         gemm=gemm,
         make_workspace=workspace,
         info=info,
-        raw={"extra_checks": extra, "scope": lambda cap, gpu_name: scope(config, cap, gpu_name, record)},
+        extra_checks=extra,
+        scope=lambda cap, gpu_name: scope(config, cap, gpu_name, record),
     )
 
 
@@ -260,7 +259,7 @@ def scope(config: EmulationConfig, capability: tuple[int, int], gpu_name: str, r
 # ------------------------------------------------------------------------------------------ extra checks
 
 
-def turing_path_guard(config: EmulationConfig, results: list[dict[str, Any]], failures: Failures) -> dict[str, Any]:
+def turing_path_guard(config: EmulationConfig, results: list[dict[str, Any]], failures: FailureSink) -> dict[str, Any]:
     """Fail every case at K >= min_k whose error vs fp16 is at fp32-accumulation level."""
     checked, suspicious = 0, []
     for shape in results:
@@ -314,37 +313,12 @@ def comparison(config: EmulationConfig, results: list[dict[str, Any]]) -> dict[s
     }
 
 
-def _sync(device: torch.device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _err(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:400]
-
-
-def _rounded(value: float | None) -> float | None:
-    from t4patch.verify.marlin.checks import _rounded as rounded
-
-    return rounded(value) if value is not None else None
-
-
-def _device(settings: Settings) -> torch.device:
-    import torch
-
-    return torch.device("cuda", torch.cuda.current_device()) if settings.device == "cuda" else torch.device(settings.device)
-
-
-def check_awq_shape(ops: Any, workspace_fn: Any, config: EmulationConfig, shape: Any, settings: Settings, failures: Failures) -> dict[str, Any]:
+def check_awq_shape(ops: Any, workspace_fn: Any, config: EmulationConfig, shape: Any, settings: Settings, failures: FailureSink) -> dict[str, Any]:
     """AWQ on one (N, K): repack exactness, GEMM with zero points vs fp16/fp32 references, determinism."""
     import torch
 
-    from t4patch.verify.marlin.checks import _distinct
 
-    device = _device(settings)
+    device = probe.device_for(settings.device)
     n, k, group = shape.n, shape.k, config.awq_group_size
     where = f"AWQ {shape.name} (N={n}, K={k}, g{group})"
     record: dict[str, Any] = {"shape": shape.name, "n": n, "k": k, "group_size": group}
@@ -353,10 +327,10 @@ def check_awq_shape(ops: Any, workspace_fn: Any, config: EmulationConfig, shape:
     codes, zeros, scales = awq_quantize(w, group)
     try:
         marlin_q = ops.awq_marlin_repack(awq_pack(codes).to(device), k, n, 4, False)
-        _sync(device)
+        probe.sync(device)
     except Exception as exc:  # noqa: BLE001
-        failures.add("repack", f"{where}: awq_marlin_repack raised {_err(exc)}")
-        record["repack"] = {"exact": False, "error": _err(exc)}
+        failures.add("repack", f"{where}: awq_marlin_repack raised {probe.err(exc)}")
+        record["repack"] = {"exact": False, "error": probe.err(exc)}
         return record
     comparison_ = layout.compare_repack(marlin_q, layout.marlin_reference_repack(codes), k, n)
     record["repack"] = comparison_.to_json()
@@ -378,19 +352,19 @@ def check_awq_shape(ops: Any, workspace_fn: Any, config: EmulationConfig, shape:
         try:
             out = gemm(torch.full((m, n), float("nan"), dtype=torch.float16, device=device))
             repeats = [out] + [gemm() for _ in range(settings.tolerances.determinism_runs - 1)]
-            _sync(device)
+            probe.sync(device)
         except Exception as exc:  # noqa: BLE001
-            failures.add("accuracy", f"{where} m={m}: GEMM raised {_err(exc)}")
-            cases.append({**case, "status": "fail", "error": _err(exc)})
+            failures.add("accuracy", f"{where} m={m}: GEMM raised {probe.err(exc)}")
+            cases.append({**case, "status": "fail", "error": probe.err(exc)})
             continue
         rel16 = metrics.relative_mean_abs_error(out, ref16)
         rel32 = metrics.relative_mean_abs_error(out, ref32)
         status = metrics.classify(rel16, fail_above=settings.tolerances.fail_above, flag_above=settings.tolerances.flag_above)
-        distinct = _distinct(repeats)
+        distinct = probe.distinct(repeats)
         case.update(
-            rel_err_vs_fp16=_rounded(rel16),
-            rel_err_vs_fp32=_rounded(rel32),
-            fp16_matmul_vs_fp32=_rounded(metrics.relative_mean_abs_error(ref16, ref32)),
+            rel_err_vs_fp16=probe.rounded(rel16),
+            rel_err_vs_fp32=probe.rounded(rel32),
+            fp16_matmul_vs_fp32=probe.rounded(metrics.relative_mean_abs_error(ref16, ref32)),
             nonfinite=int((~torch.isfinite(out)).sum()),
             status=status,
             determinism_atomic_off={"runs": len(repeats), "distinct_results": distinct, "bitwise_equal": distinct == 1},
@@ -404,7 +378,7 @@ def check_awq_shape(ops: Any, workspace_fn: Any, config: EmulationConfig, shape:
     return record
 
 
-def check_control_shape(ops: Any, workspace_fn: Any, config: EmulationConfig, shape: Any, settings: Settings, failures: Failures) -> dict[str, Any]:
+def check_control_shape(ops: Any, workspace_fn: Any, config: EmulationConfig, shape: Any, settings: Settings, failures: FailureSink) -> dict[str, Any]:
     """GPTQ channel-wise (group -1): Turing Marlin accumulates in fp32 here by design (reported only).
 
     With one scale per column the kernel multiplies the accumulated sum of a x (code - 8) by the scale at the
@@ -414,7 +388,7 @@ def check_control_shape(ops: Any, workspace_fn: Any, config: EmulationConfig, sh
     """
     import torch
 
-    device = _device(settings)
+    device = probe.device_for(settings.device)
     n, k = shape.n, shape.k
     record: dict[str, Any] = {"shape": shape.name, "n": n, "k": k, "group_size": config.control_group_size}
     weight = quant.random_q4_0_weight(k, n, group_size=k, std=settings.tolerances.weight_std, seed=settings.seed, label=f"{shape.name}:channelwise")
@@ -429,19 +403,19 @@ def check_control_shape(ops: Any, workspace_fn: Any, config: EmulationConfig, sh
         for m in config.control_m:
             a = torch.randn(m, k, generator=quant.cpu_generator(settings.seed, f"{shape.name}:channelwise:a:{m}")).to(torch.float16).to(device)
             out = ops.marlin_gemm(a, None, marlin_q, None, s_marlin, None, None, None, workspace, UINT4B8.id, m, n, k, False, True, False)
-            _sync(device)
+            probe.sync(device)
             exact_order = (a.float() @ centred).half() * scale16
             cases.append(
                 {
                     "m": m,
-                    "rel_err_vs_exact_order": _rounded(metrics.relative_mean_abs_error(out, exact_order)),
-                    "rel_err_vs_fp16": _rounded(metrics.relative_mean_abs_error(out, a @ w16)),
-                    "rel_err_vs_fp32": _rounded(metrics.relative_mean_abs_error(out, a.float() @ w16.float())),
+                    "rel_err_vs_exact_order": probe.rounded(metrics.relative_mean_abs_error(out, exact_order)),
+                    "rel_err_vs_fp16": probe.rounded(metrics.relative_mean_abs_error(out, a @ w16)),
+                    "rel_err_vs_fp32": probe.rounded(metrics.relative_mean_abs_error(out, a.float() @ w16.float())),
                 }
             )
         record["cases"] = cases
     except Exception as exc:  # noqa: BLE001 - a control is reported, not a verdict
-        record["error"] = _err(exc)
+        record["error"] = probe.err(exc)
     return record
 
 
@@ -452,7 +426,7 @@ def extra_checks(
     results: list[dict[str, Any]],
     table: ShapeTable,
     settings: Settings,
-    failures: Failures,
+    failures: FailureSink,
     capability: tuple[int, int],
 ) -> dict[str, Any]:
     import sys

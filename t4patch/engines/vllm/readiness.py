@@ -1,5 +1,6 @@
 """vLLM's own readiness checks for `doctor`: on a host with several GPUs, whether vLLM's custom all-reduce
-kernels (``cross_device_reduce*`` in its compiled op library) carry sm_75 machine code.
+kernels (``cross_device_reduce*`` in its compiled op library) carry sm_75 machine code; and the kernel-name
+rule for the Marlin kernels of that library, which the SGLang doctor (whose patched Marlin runs them) reads too.
 
 Reading the kernel names means decompressing the library's sm_75 cubins (about 0.4 s for vLLM 0.33.0), so the
 check runs only where it matters: more than one GPU and a Turing GPU among them.
@@ -7,20 +8,38 @@ check runs only where it matters: more than one GPU and a Turing GPU among them.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
-from t4patch.readiness.model import Check, Context
+from t4patch.contract import Check, Context, DoctorSection
+from t4patch.cuda.arch import TURING
+from t4patch.cuda.cubin import function_names
+from t4patch.engines.vllm.marlin import LIBRARY
 
-LIBRARY = "vllm/_C_stable_libtorch.abi3.so"
 ALL_REDUCE = "cross_device_reduce"
-TURING = 75
+
+
+def count_marlin_names(names: Iterable[str]) -> tuple[int, int]:
+    """(Marlin GEMM kernels, Marlin repack kernels) among kernel names."""
+    gemm = repack = 0
+    for name in names:
+        if "marlin_repack" in name.lower():
+            repack += 1
+        elif re.search(r"6Marlin[I0-9]|MarlinDefault", name):
+            gemm += 1
+    return gemm, repack
+
+
+def count_marlin_kernels(cubins: Iterable[bytes]) -> tuple[int, int]:
+    """(Marlin GEMM kernels, Marlin repack kernels) among the function symbols of the given cubins."""
+    return count_marlin_names(name for cubin in cubins for name in function_names(cubin))
 
 
 @lru_cache(maxsize=4)
 def sm75_function_names(path: Path) -> tuple[str, ...]:
     """Every kernel name in the sm_75 cubins of ``path`` (decoded once per process)."""
-    from t4patch.cuda.cubin import function_names
     from t4patch.cuda.fatbin import sass_payloads
 
     return tuple(name for cubin in sass_payloads(path, TURING) for name in function_names(cubin))
@@ -28,12 +47,12 @@ def sm75_function_names(path: Path) -> tuple[str, ...]:
 
 def _cache_file(path: Path) -> Path:
     import hashlib
-    import os
+
+    from t4patch.fileio.cache import cache_dir
 
     info = path.stat()
     key = hashlib.sha256(f"{path.resolve()}\0{info.st_size}\0{info.st_mtime_ns}".encode()).hexdigest()[:24]
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "t4patch" / "doctor" / f"sm75-kernels-{key}.json"
+    return cache_dir("doctor") / f"sm75-kernels-{key}.json"
 
 
 def sm75_kernel_counts(path: Path) -> dict[str, int]:
@@ -44,8 +63,6 @@ def sm75_kernel_counts(path: Path) -> dict[str, int]:
     an unreadable or unwritable cache means decoding again.
     """
     import json
-
-    from t4patch.engines.sglang.doctor import count_marlin_names  # the Marlin kernel-name rule lives there
 
     cache = _cache_file(path)
     try:
@@ -86,7 +103,8 @@ def all_reduce_code(ctx: Context) -> Check:
     )
 
 
-def checks(ctx: Context) -> list[Check]:
+def section(ctx: Context) -> DoctorSection | None:
+    """vLLM's doctor findings: the all-reduce check, only where several GPUs include a Turing one."""
     if ctx.target.find("vllm") is None or len(ctx.gpus.gpus) < 2 or not ctx.turing:
-        return []
-    return [all_reduce_code(ctx)]
+        return None
+    return DoctorSection(checks=(all_reduce_code(ctx),))

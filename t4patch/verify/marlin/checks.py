@@ -8,13 +8,13 @@ and recorded: one broken shape must not hide the results of the others.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from t4patch.verify.marlin import layout, metrics, quant, timing
+from t4patch.contract import MarlinProvider, RedirectLabels
+from t4patch.verify.marlin import layout, metrics, probe, quant, timing
 from t4patch.verify.marlin.config import Tolerances
-from t4patch.verify.marlin.providers import MarlinProvider, RedirectLabels
+from t4patch.verify.marlin.probe import bitwise_equal as bitwise_equal
 from t4patch.verify.marlin.shapes import LinearShape
 
 if TYPE_CHECKING:
@@ -47,44 +47,6 @@ class Failures:
         self.items.append((kind, message))
 
 
-def _sync(device: torch.device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _device(settings: Settings) -> torch.device:
-    import torch
-
-    if settings.device == "cuda":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device(settings.device)
-
-
-def _err(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:400]
-
-
-def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same shape, dtype and bytes: NaN payloads and the sign of zero count, unlike ``==``."""
-    import torch
-
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
-
-
-def _distinct(outputs: list[torch.Tensor]) -> int:
-    """How many bitwise-different results among ``outputs``."""
-    representatives: list[torch.Tensor] = []
-    for out in outputs:
-        if not any(bitwise_equal(out, r) for r in representatives):
-            representatives.append(out)
-    return len(representatives)
-
-
 def _activations(seed: int, label: str, m: int, k: int, device: torch.device, std: float = 1.0) -> torch.Tensor:
     import torch
 
@@ -92,16 +54,10 @@ def _activations(seed: int, label: str, m: int, k: int, device: torch.device, st
     return a.to(torch.float16).to(device)
 
 
-def _rounded(value: float, digits: int = 4) -> float | None:
-    if value is None or not math.isfinite(value):
-        return None
-    return float(f"{value:.{digits}g}")
-
-
 def check_shape(provider: MarlinProvider, shape: LinearShape, settings: Settings, failures: Failures) -> dict[str, Any]:
     """Run every check for one (N, K); return its JSON-ready record."""
     tol = settings.tolerances
-    device = _device(settings)
+    device = probe.device_for(settings.device)
     n, k, group = shape.n, shape.k, settings.group_size
     where = f"{shape.name} (N={n}, K={k})"
     record: dict[str, Any] = {"shape": shape.name, "n": n, "k": k, "layers": shape.layers}
@@ -119,14 +75,14 @@ def check_shape(provider: MarlinProvider, shape: LinearShape, settings: Settings
     # --- repack: the engine's layout must equal the reference bit for bit
     try:
         marlin_q = provider.repack(packed.to(device).contiguous(), k, n)
-        _sync(device)
+        probe.sync(device)
     except provider.own_path_errors as exc:
         failures.add("redirect", f"{where}: repack reached {_own_path(provider)} ({exc})")
-        record["repack"] = {"exact": False, "error": _err(exc)}
+        record["repack"] = {"exact": False, "error": probe.err(exc)}
         return record
     except Exception as exc:  # noqa: BLE001
-        failures.add("repack", f"{where}: repack raised {_err(exc)}")
-        record["repack"] = {"exact": False, "error": _err(exc)}
+        failures.add("repack", f"{where}: repack raised {probe.err(exc)}")
+        record["repack"] = {"exact": False, "error": probe.err(exc)}
         return record
     comparison = layout.compare_repack(marlin_q, reference_layout, k, n)
     record["repack"] = comparison.to_json()
@@ -175,7 +131,7 @@ def _check_m(
     a = _activations(settings.seed, f"{shape.name}:a:{m}", m, k, w16.device)
     ref16 = a @ w16
     ref32 = a.float() @ w16.float()
-    case["fp16_matmul_vs_fp32"] = _rounded(metrics.relative_mean_abs_error(ref16, ref32))
+    case["fp16_matmul_vs_fp32"] = probe.rounded(metrics.relative_mean_abs_error(ref16, ref32))
 
     def gemm(atomic: bool, c: torch.Tensor | None = None) -> torch.Tensor:
         return provider.gemm(a, c, marlin_q, scales, workspace, m, n, k, atomic, True)
@@ -184,24 +140,24 @@ def _check_m(
     try:
         poisoned = torch.full((m, n), float("nan"), dtype=torch.float16, device=a.device)
         out = gemm(False, poisoned)
-        _sync(a.device)
+        probe.sync(a.device)
     except provider.own_path_errors as exc:
         failures.add("redirect", f"{where}: GEMM reached {_own_path(provider)} ({exc})")
-        case.update(status="fail", error=_err(exc))
+        case.update(status="fail", error=probe.err(exc))
         return case
     except Exception as exc:  # noqa: BLE001
-        failures.add("accuracy", f"{where}: GEMM raised {_err(exc)}")
-        case.update(status="fail", error=_err(exc))
+        failures.add("accuracy", f"{where}: GEMM raised {probe.err(exc)}")
+        case.update(status="fail", error=probe.err(exc))
         return case
     rel16 = metrics.relative_mean_abs_error(out, ref16)
     rel32 = metrics.relative_mean_abs_error(out, ref32)
     status = metrics.classify(rel16, fail_above=tol.fail_above, flag_above=tol.flag_above)
     case.update(
-        rel_err_vs_fp16=_rounded(rel16),
-        rel_err_vs_fp32=_rounded(rel32),
+        rel_err_vs_fp16=probe.rounded(rel16),
+        rel_err_vs_fp32=probe.rounded(rel32),
         status=status,
         nonfinite=int((~torch.isfinite(out)).sum()),
-        max_abs_diff_vs_fp32=_rounded(float((out.float() - ref32).abs().max())),
+        max_abs_diff_vs_fp32=probe.rounded(float((out.float() - ref32).abs().max())),
     )
     if status == "fail":
         failures.add(
@@ -214,26 +170,26 @@ def _check_m(
     runs = tol.determinism_runs
     try:
         repeats = [out] + [gemm(False) for _ in range(runs - 1)]
-        _sync(a.device)
-        distinct = _distinct(repeats)
+        probe.sync(a.device)
+        distinct = probe.distinct(repeats)
         case["determinism_atomic_off"] = {"runs": runs, "distinct_results": distinct, "bitwise_equal": distinct == 1}
         if distinct != 1:
             failures.add("determinism", f"{where}: {runs} runs with atomic-add off gave {distinct} different results")
     except Exception as exc:  # noqa: BLE001
-        case["determinism_atomic_off"] = {"runs": runs, "error": _err(exc)}
-        failures.add("determinism", f"{where}: repeated GEMM raised {_err(exc)}")
+        case["determinism_atomic_off"] = {"runs": runs, "error": probe.err(exc)}
+        failures.add("determinism", f"{where}: repeated GEMM raised {probe.err(exc)}")
     try:
         atomic_runs = [gemm(True) for _ in range(runs)]
-        _sync(a.device)
-        distinct = _distinct(atomic_runs)
+        probe.sync(a.device)
+        distinct = probe.distinct(atomic_runs)
         case["determinism_atomic_on"] = {
             "runs": runs,
             "distinct_results": distinct,
             "bitwise_equal": distinct == 1,
-            "rel_err_vs_fp16": _rounded(metrics.relative_mean_abs_error(atomic_runs[0], ref16)),
+            "rel_err_vs_fp16": probe.rounded(metrics.relative_mean_abs_error(atomic_runs[0], ref16)),
         }
     except Exception as exc:  # noqa: BLE001 - reported only; atomic-add is off by default
-        case["determinism_atomic_on"] = {"runs": runs, "error": _err(exc)}
+        case["determinism_atomic_on"] = {"runs": runs, "error": probe.err(exc)}
 
     # a redirect must be the other engine's op: bitwise the same result for the same inputs
     if provider.direct_gemm is not None:
@@ -241,7 +197,7 @@ def _check_m(
         key = f"redirect_bitwise_equal_to_{labels.direct}"
         try:
             direct = provider.direct_gemm(a, None, marlin_q, scales, direct_workspace, m, n, k, False, True)
-            _sync(a.device)
+            probe.sync(a.device)
             equal = bitwise_equal(out, direct)
             case[key] = equal
             if not equal:
@@ -251,7 +207,7 @@ def _check_m(
                 )
         except Exception as exc:  # noqa: BLE001
             case[key] = None
-            failures.add("redirect", f"{where}: direct {labels.direct_label} marlin_gemm raised {_err(exc)}")
+            failures.add("redirect", f"{where}: direct {labels.direct_label} marlin_gemm raised {probe.err(exc)}")
     return case
 
 
@@ -284,23 +240,23 @@ def _check_overflow(
         "m": m,
         "outlier_channels": outliers,
         "max_abs_activation": float(a.abs().max()),
-        "max_abs_ref_fp32": _rounded(max_ref),
+        "max_abs_ref_fp32": probe.rounded(max_ref),
         "ref_fits_fp16": max_ref <= FP16_MAX,
     }
     try:
         out = provider.gemm(a, None, marlin_q, scales, workspace, m, n, k, False, True)
-        _sync(a.device)
+        probe.sync(a.device)
     except Exception as exc:  # noqa: BLE001
-        result["error"] = _err(exc)
-        failures.add("overflow", f"{shape.name}: GEMM with Gemma-sized activations raised {_err(exc)}")
+        result["error"] = probe.err(exc)
+        failures.add("overflow", f"{shape.name}: GEMM with Gemma-sized activations raised {probe.err(exc)}")
         return result
     nonfinite = int((~torch.isfinite(out)).sum())
     fp16_nonfinite = int((~torch.isfinite(a @ w16)).sum())
     result.update(
         nonfinite_outputs=nonfinite,
         fp16_matmul_nonfinite=fp16_nonfinite,
-        max_abs_out=_rounded(float(out.float().abs().max())) if nonfinite == 0 else None,
-        rel_err_vs_fp32=_rounded(metrics.relative_mean_abs_error(out, ref32)),
+        max_abs_out=probe.rounded(float(out.float().abs().max())) if nonfinite == 0 else None,
+        rel_err_vs_fp32=probe.rounded(metrics.relative_mean_abs_error(out, ref32)),
     )
     if nonfinite and max_ref <= FP16_MAX:
         failures.add(
@@ -345,21 +301,21 @@ def _speed(
             )
             t_fp16 = timing.time_kernel(lambda i: torch.matmul(a, ws16[i]), copies16, replays)
         except Exception as exc:  # noqa: BLE001 - speed is reported, never a verdict
-            case["speed"] = {"error": _err(exc)}
+            case["speed"] = {"error": probe.err(exc)}
             continue
         bytes_marlin = weight_bytes + m * k * 2 + m * n * 2
         gbps = bytes_marlin / (t_marlin.us_per_call * 1e-6) / 1e9
         speed: dict[str, Any] = {
-            "marlin_us": _rounded(t_marlin.us_per_call),
-            "fp16_matmul_us": _rounded(t_fp16.us_per_call),
-            "speedup_vs_fp16": _rounded(t_fp16.us_per_call / t_marlin.us_per_call, 3),
+            "marlin_us": probe.rounded(t_marlin.us_per_call),
+            "fp16_matmul_us": probe.rounded(t_fp16.us_per_call),
+            "speedup_vs_fp16": probe.rounded(t_fp16.us_per_call / t_marlin.us_per_call, 3),
             "method": t_marlin.method,
-            "marlin_spread": _rounded(t_marlin.spread, 2),
+            "marlin_spread": probe.rounded(t_marlin.spread, 2),
             "bytes_moved": bytes_marlin,
-            "achieved_gb_per_s": _rounded(gbps),
-            "fraction_of_peak_bandwidth": _rounded(gbps / settings.peak_gb_per_s, 3) if settings.peak_gb_per_s else None,
-            "fraction_of_measured_copy": _rounded(gbps / settings.copy_gb_per_s, 3) if settings.copy_gb_per_s else None,
-            "fp16_matmul_gb_per_s": _rounded((2 * k * n + m * k * 2 + m * n * 2) / (t_fp16.us_per_call * 1e-6) / 1e9),
+            "achieved_gb_per_s": probe.rounded(gbps),
+            "fraction_of_peak_bandwidth": probe.rounded(gbps / settings.peak_gb_per_s, 3) if settings.peak_gb_per_s else None,
+            "fraction_of_measured_copy": probe.rounded(gbps / settings.copy_gb_per_s, 3) if settings.copy_gb_per_s else None,
+            "fp16_matmul_gb_per_s": probe.rounded((2 * k * n + m * k * 2 + m * n * 2) / (t_fp16.us_per_call * 1e-6) / 1e9),
         }
         if t_marlin.graph_error:
             speed["graph_error"] = t_marlin.graph_error
@@ -372,8 +328,8 @@ def _speed(
                     copies,
                     replays,
                 )
-                speed[f"direct_{direct_key}_us"] = _rounded(t_direct.us_per_call)
-                speed["redirect_graph_overhead"] = _rounded(t_marlin.us_per_call / t_direct.us_per_call - 1, 3)
+                speed[f"direct_{direct_key}_us"] = probe.rounded(t_direct.us_per_call)
+                speed["redirect_graph_overhead"] = probe.rounded(t_marlin.us_per_call / t_direct.us_per_call - 1, 3)
                 if m == overhead_m:
                     host = timing.host_overhead(
                         lambda: direct_gemm(a, None, marlin_q, scales, direct_workspace, m, n, k, False, True),
@@ -381,16 +337,16 @@ def _speed(
                         tol.eager_calls,
                         tol.eager_rounds,
                     )
-                    speed[f"eager_direct_{direct_key}_us"] = _rounded(host.us_a)
-                    speed[f"eager_{provider.name}_us"] = _rounded(host.us_b)
-                    speed["eager_paired_diff_us"] = _rounded(host.diff_us, 3)
-                    speed["eager_paired_diff_iqr_us"] = _rounded(host.diff_iqr_us, 3)
+                    speed[f"eager_direct_{direct_key}_us"] = probe.rounded(host.us_a)
+                    speed[f"eager_{provider.name}_us"] = probe.rounded(host.us_b)
+                    speed["eager_paired_diff_us"] = probe.rounded(host.diff_us, 3)
+                    speed["eager_paired_diff_iqr_us"] = probe.rounded(host.diff_iqr_us, 3)
                     speed["eager_rounds"] = host.rounds
                     speed["eager_calls_per_round"] = host.calls_per_round
-                    speed["redirect_eager_overhead"] = _rounded(host.overhead, 3)
+                    speed["redirect_eager_overhead"] = probe.rounded(host.overhead, 3)
                     speed["redirect_overhead_goal_met"] = host.overhead <= tol.redirect_overhead_goal
             except Exception as exc:  # noqa: BLE001
-                speed[f"direct_{direct_key}_error"] = _err(exc)
+                speed[f"direct_{direct_key}_error"] = probe.err(exc)
         case["speed"] = speed
 
 

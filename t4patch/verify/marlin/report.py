@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from t4patch import engines
+from t4patch.contract import EngineTable
 from t4patch.errors import DeterminismError, VerificationError
 from t4patch.output import table
 
@@ -17,8 +17,11 @@ COMMAND = "verify marlin"
 NEXT_STEP = "rerun with --json for every figure; report it with the GPU and engine versions"
 
 
-def scope(capability: tuple[int, int], gpu_name: str, provider: str | None = None) -> tuple[list[str], list[str]]:
-    """(what this run proves, what it does not) for sm_75, given the GPU it ran on and the provider that ran."""
+def scope(
+    capability: tuple[int, int], gpu_name: str, engines: EngineTable, provider: str | None = None
+) -> tuple[list[str], list[str]]:
+    """(what this run proves, what it does not) for sm_75, given the GPU it ran on, the engine table and the
+    provider that ran."""
     sm = f"sm_{capability[0]}{capability[1]}"
     if capability == (7, 5):
         proves = [
@@ -31,15 +34,14 @@ def scope(capability: tuple[int, int], gpu_name: str, provider: str | None = Non
             "other Turing boards with different clocks or memory (speed only)",
         ]
         return proves, does_not
-    found = engines.marlin_spec(provider) if provider else None
-    kernels = (found[0] if found else engines.ENGINES[0]).marlin_scope()
-    numerics = kernels.numerics_reference if kernels else "upstream"
-    library = kernels.library if kernels else "the engine's library"
+    kernels = engines.marlin_kernels(provider)  # for a redirect: the engine it forwards to, through the table
+    numerics = (kernels.numerics_reference if kernels else None) or "upstream"
+    library = (kernels.library if kernels else None) or "the engine's library"
     # what a redirect run proves, for every engine that has one (the sentence lists them all, whichever ran)
     redirects = "".join(
         f", and {scoped.redirect_clause}"
-        for engine in engines.ENGINES
-        if (scoped := engine.marlin_scope()) is not None and scoped.redirect_clause
+        for engine in engines
+        if (scoped := engine.marlin_scope) is not None and scoped.redirect_clause
     )
     proves = [
         f"the provider's code path on a real GPU ({gpu_name}, {sm}): argument mapping, workspace, dtypes{redirects}",
@@ -92,10 +94,10 @@ def _det(entry: dict[str, Any] | None) -> str:
     return f"{entry['distinct_results']}/{entry['runs']}" + ("" if entry["bitwise_equal"] else " !")
 
 
-def render_text(report: dict[str, Any]) -> str:
+def render_text(report: dict[str, Any], engines: EngineTable) -> str:
     gpu = report["gpu"]
     prov = report["provider"]
-    direct = redirect_target(prov)
+    direct = redirect_target(prov, engines)
     lines = [
         f"t4patch verify marlin: provider {prov['name']}, shapes {report['shapes']['name']}, m = "
         + ", ".join(str(m) for m in report["m"]),
@@ -103,7 +105,7 @@ def render_text(report: dict[str, Any]) -> str:
         f"datasheet {_fmt(gpu['peak_gb_per_s'], '.0f')} GB/s, measured copy "
         f"{_fmt(gpu.get('measured_copy_gb_per_s'), '.0f')} GB/s); torch {report['software']['torch']}, "
         f"CUDA {report['software']['cuda']}",
-        f"engine: {provider_summary(prov)}",
+        f"engine: {provider_summary(prov, engines)}",
     ]
     for note in prov.get("standins", []):
         lines.append(f"  stand-in: {note}")
@@ -213,13 +215,13 @@ def render_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def redirect_target(prov: dict[str, Any]) -> str | None:
+def redirect_target(prov: dict[str, Any], engines: EngineTable) -> str | None:
     """The engine the provider's redirect forwards to (its columns in the tables), or None."""
     found = engines.marlin_spec(prov["name"])
     return found[1].redirect_to if found else None
 
 
-def provider_summary(prov: dict[str, Any]) -> str:
+def provider_summary(prov: dict[str, Any], engines: EngineTable) -> str:
     found = engines.marlin_spec(prov["name"])
     if found is None:
         return f"provider {prov['name']}"

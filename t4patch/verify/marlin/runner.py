@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from t4patch.contract import EngineTable, MarlinProvider
 from t4patch.environment.target import TargetEnvironment
 from t4patch.errors import MissingDependencyError, NoGpuError, UsageError
-from t4patch.verify.marlin import checks, config, providers, report
+from t4patch.verify.marlin import checks, config, probe, providers, report
 from t4patch.verify.marlin.shapes import ShapeTable, load_shape_table
 
 DEFAULT_M = (1, 16, 64, 512)
@@ -28,6 +29,7 @@ MAX_M = 65536
 class Request:
     provider: str
     target: TargetEnvironment
+    engines: EngineTable  # the engine table, handed in by the command (providers, scope, report columns)
     shapes: str = "gemma4-e2b"
     m_values: tuple[int, ...] | None = None  # None: DEFAULT_M, or QUICK_M with quick
     quick: bool = False
@@ -100,15 +102,16 @@ def _gpu(torch: Any) -> dict[str, Any]:
 
 def run(request: Request) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """Run every check; return (the JSON payload without schema/command, the failures)."""
-    if request.provider not in providers.provider_names():
-        raise UsageError(f"--provider {request.provider}: expected one of {', '.join(providers.provider_names())}")
+    names = providers.provider_names(request.engines)
+    if request.provider not in names:
+        raise UsageError(f"--provider {request.provider}: expected one of {', '.join(names)}")
     table = load_shape_table(request.shapes)
     tolerances = config.load_tolerances()
     m_values = request.m_values or (QUICK_M if request.quick else DEFAULT_M)
     torch = _torch()
     gpu = _gpu(torch)
     capability = tuple(int(x) for x in gpu["capability"].split("."))
-    provider = providers.make_provider(request.provider, request.target, request.options, capability)  # type: ignore[arg-type]
+    provider = providers.make_provider(request.provider, request.target, request.options, capability, request.engines)  # type: ignore[arg-type]
     settings = checks.Settings(
         m_values=m_values,
         seed=request.seed,
@@ -126,16 +129,17 @@ def run(request: Request) -> tuple[dict[str, Any], list[tuple[str, str]]]:
         "cuda": torch.version.cuda,
         "target": request.target.to_json(),
     }
-    return execute(provider, table, tolerances, settings, gpu, software)
+    return execute(provider, table, tolerances, settings, gpu, software, request.engines)
 
 
 def execute(
-    provider: providers.MarlinProvider,
+    provider: MarlinProvider,
     table: ShapeTable,
     tolerances: config.Tolerances,
     settings: checks.Settings,
     gpu: dict[str, Any],
     software: dict[str, Any],
+    engines: EngineTable,
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The checks themselves, on an already-built provider (unit tests pass an emulated one on the CPU)."""
     import torch
@@ -143,7 +147,7 @@ def execute(
     capability = tuple(int(x) for x in gpu["capability"].split("."))
     failures = checks.Failures([])
     started = datetime.datetime.now(datetime.timezone.utc)
-    device = checks._device(settings)
+    device = probe.device_for(settings.device)
     act_order = provider.act_order_probe(failures, device) if provider.act_order_probe else None
     switch_off = provider.switch_off_probe(capability, failures) if provider.switch_off_probe else None  # type: ignore[arg-type]
     results = []
@@ -151,10 +155,12 @@ def execute(
         results.append(checks.check_shape(provider, shape, settings, failures))
         if settings.device == "cuda":
             torch.cuda.empty_cache()
-    # provider-specific checks and scope (vllm-sm75: AWQ, the Turing-path guard; t4patch.engines.vllm.marlin_sm75_provider)
-    extra = provider.raw["extra_checks"](results, table, settings, failures) if "extra_checks" in provider.raw else {}
-    scope_of = provider.raw.get("scope") or (lambda cap, gpu_name: report.scope(cap, gpu_name, provider.name))
-    proves, does_not = scope_of(capability, gpu["name"])
+    # the provider's own checks and scope statement, where its engine has them (typed hooks of the contract)
+    extra = provider.extra_checks(results, table, settings, failures) if provider.extra_checks else {}
+    if provider.scope is not None:
+        proves, does_not = provider.scope(capability, gpu["name"])  # type: ignore[arg-type]
+    else:
+        proves, does_not = report.scope(capability, gpu["name"], engines, provider.name)  # type: ignore[arg-type]
     payload: dict[str, Any] = {
         "verdict": report.verdict(failures.items),
         "failures": [{"kind": kind, "message": message} for kind, message in failures.items],
