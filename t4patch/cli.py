@@ -15,6 +15,7 @@ import traceback
 from collections.abc import Sequence
 
 from t4patch import __version__
+from t4patch.environment import suggest
 from t4patch.errors import T4PatchError
 from t4patch.output import documents_written, emit_json
 
@@ -53,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the console script or python -m t4patch: hints name this program, so they work when pasted
+        suggest.set_program(suggest.program_for(sys.argv[0], sys.executable), COMMANDS)
     try:
         parser = build_parser()  # help texts quote shipped patch sets, so a broken tree is found here already
     except T4PatchError as exc:
@@ -75,14 +78,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except T4PatchError as exc:
         if args.debug:
             traceback.print_exc()
-        print(f"t4patch {args.command}: error: {exc}", file=sys.stderr)
+        print(f"t4patch {args.command}: error: {suggest.render(str(exc))}", file=sys.stderr)
         if getattr(args, "json", False) and documents_written() == written_before:
             # Scripts reading stdout get a document for failures too, not an empty stream (unless the command
             # already wrote its report, e.g. a verification that ran and failed).
             emit_json(
                 args.command,
-                {"error": {"type": type(exc).__name__, "exit_code": exc.exit_code, "message": exc.message,
-                           "hint": exc.hint}},
+                {"error": {"type": type(exc).__name__, "exit_code": exc.exit_code,
+                           "message": suggest.render(exc.message),
+                           "hint": suggest.render(exc.hint) if exc.hint else None}},
             )
         return exc.exit_code
     except KeyboardInterrupt:

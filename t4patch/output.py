@@ -11,6 +11,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
+from t4patch.environment.suggest import render
+
 JSON_SCHEMA = 1
 _documents_written = 0  # how many JSON documents this process wrote (the CLI adds an error one only if none)
 
@@ -43,15 +45,16 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 
 def say(text: str = "") -> None:
-    """Print human output (stdout); kept in one place so tests can capture it uniformly."""
-    print(text)
+    """Print human output (stdout); kept in one place so tests can capture it uniformly, and so every
+    suggested command names the t4patch the user ran (:func:`t4patch.environment.suggest.render`)."""
+    print(render(text))
 
 
 def warn(text: str) -> None:
     """Print a warning line to stderr."""
-    print(f"warning: {text}", file=sys.stderr)
+    print(f"warning: {render(text)}", file=sys.stderr)
 
 
 def note(text: str) -> None:
     """Print a line about something t4patch did on its own (e.g. finishing an interrupted commit) to stderr."""
-    print(f"t4patch: {text}", file=sys.stderr, flush=True)  # flushed: a held SIGTERM may follow at once
+    print(f"t4patch: {render(text)}", file=sys.stderr, flush=True)  # flushed: a held SIGTERM may follow at once

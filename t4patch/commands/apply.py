@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         emit_json("apply", {"target": target.to_json(), "results": [result.describe(p) for p in result.plans],
                             "warnings": warnings})
     else:
-        for line in result.lines():
+        for line in result.lines(target):
             say(line)
         for text in warnings:
             warn(text)

@@ -112,7 +112,10 @@ class TargetEnvironment:
         bare directory."""
         if self.python:
             return f"{shlex.quote(self.python)} -m pip install"
-        return f"pip install --upgrade --target {shlex.quote(str(self.search_path[0]))}"
+        # a bare directory has no pip of its own; a bare `pip` may not be on PATH (t4patch's venv is rarely
+        # activated), so name the pip of the interpreter running t4patch when it has one
+        pip = f"{shlex.quote(sys.executable)} -m pip" if sys.executable and _has_pip() else "pip"
+        return f"{pip} install --upgrade --target {shlex.quote(str(self.search_path[0]))}"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -121,6 +124,12 @@ class TargetEnvironment:
             "python_version": self.python_version,
             "search_path": [str(p) for p in self.search_path],
         }
+
+
+def _has_pip() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pip") is not None
 
 
 def resolve_target(python: str | None = None, site_packages: str | None = None) -> TargetEnvironment:

@@ -57,8 +57,9 @@ class OperationResult:
             **({"diff": diff_text(plan)} if self.dry_run else {}),
         }
 
-    def lines(self) -> list[str]:
-        """The human report: one line per engine (plus the diff for a dry run)."""
+    def lines(self, target: TargetEnvironment | None = None) -> list[str]:
+        """The human report: one line per engine (plus the diff for a dry run); suggested commands aim at
+        ``target``."""
         out = []
         for plan in self.plans:
             spec = plan_label(plan)
@@ -72,7 +73,7 @@ class OperationResult:
             else:
                 verb = "applied" if self.operation == "apply" else "reverted"
                 out.append(f"{spec}: {verb}, {len(plan.changes)} file(s) written in {plan.distribution.root}")
-            kept = kept_line(plan, self.options)
+            kept = kept_line(plan, self.options, target)
             if kept:
                 out.append(kept)
         return out

@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from t4patch.environment.target import InstalledDistribution
+from t4patch.environment import suggest
+from t4patch.environment.target import InstalledDistribution, TargetEnvironment
 from t4patch.patching.manifest import Patch, PatchSet
 from t4patch.patching.plan import FileStatus, Operation, Plan, file_statuses
 
@@ -94,10 +95,12 @@ def kept_options(plan: Plan, requested: Sequence[str]) -> tuple[str, ...]:
     return tuple(o for o in plan.patch_set.options_on if o not in requested)
 
 
-def kept_line(plan: Plan, requested: Sequence[str]) -> str | None:
-    """The line an apply prints about options it found applied and left so (None when there are none)."""
+def kept_line(plan: Plan, requested: Sequence[str], target: TargetEnvironment | None = None) -> str | None:
+    """The line an apply prints about options it found applied and left so (None when there are none); its
+    revert command carries ``target``'s options, so it takes back the diffs of the environment just patched."""
     kept = kept_options(plan, requested)
     if not kept:
         return None
+    revert = suggest.command(target, "revert", plan.patch_set.distribution)
     return (f"{plan.patch_set.spec}: optional {', '.join(kept)} was already applied and is left applied (apply "
-            f"never removes an optional diff; t4patch revert {plan.patch_set.distribution} takes back every diff)")
+            f"never removes an optional diff); to take back every diff: {revert}")

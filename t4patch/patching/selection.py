@@ -63,13 +63,9 @@ def parse_spec(spec: str) -> Requirement:
 
 
 def _install_hint(name: str, target: TargetEnvironment) -> str:
-    """Commands that work when pasted: install the newest release with a set there, then apply; or retarget."""
+    """Look there, retarget, or install the engine as its docs say (never a pip install of its dependencies)."""
     versions = supported_versions(name)
-    release = f"{name}=={versions[-1]}" if versions else name
-    return (
-        f"{target.pip_install()} {release} && {suggest.command(target, 'apply', release)}, or point t4patch at the "
-        "serving environment with --python /path/to/venv/bin/python"
-    )
+    return suggest.not_installed(name, target, f"{name}=={versions[-1]}" if versions else None)
 
 
 def select(spec: str, target: TargetEnvironment) -> Selection:

@@ -4,6 +4,13 @@ Per file: pristine, patched, foreign (neither hash) or missing. Per engine: appl
 foreign, not-installed or no-patch-set, judged on the default diffs (what a plain apply changes). Each
 optional diff is reported beside it with its own state (:mod:`t4patch.patching.options`): options are optional,
 so they never change the engine's state. The hashes decide; the state record only adds who applied it and when.
+
+``status --check`` means "this environment serves as patched": every checked engine's default diffs applied
+(plus the options named with ``--with``), and every companion a checked set requires (``[[requires]]``)
+installed at that release with its compiled library. Without engine names it checks every installed engine
+except one installed only as another engine's companion (at the release that set requires, its own set
+pristine): SGLang's documented setup puts vLLM 0.33.0 beside it for its compiled kernels, unpatched, and that
+is healthy.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from packaging.version import Version
 from t4patch.environment import suggest
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment
 from t4patch.errors import NotAppliedError, T4PatchError, UsageError
+from t4patch.patching.companions import CompanionGap, companion_gaps, is_companion
+from t4patch.patching.manifest import Companion
 from t4patch.patching.options import OptionStatus, option_statuses, summarise
 from t4patch.patching.plan import FileStatus, file_statuses
 from t4patch.patching.registry import find_patch_set, supported_versions
@@ -32,6 +41,7 @@ class EngineStatus:
     files: tuple[FileStatus, ...]
     detail: str
     options: tuple[OptionStatus, ...] = ()  # the set's optional diffs, each with its own state
+    requires: tuple[Companion, ...] = ()  # the set's companions ([[requires]]), checked by status --check
 
     def option(self, name: str) -> OptionStatus | None:
         return next((o for o in self.options if o.name == name), None)
@@ -83,16 +93,37 @@ def engine_status(name: str, target: TargetEnvironment) -> EngineStatus:
         "partial": "some files patched, some pristine: run t4patch apply again to finish",
         "foreign": f"a file matches neither hash: reinstall with {dist.reinstall_command()}",
     }[overall]
-    return EngineStatus(name, dist, patch_set.spec, overall, files, detail, option_statuses(patch_set, dist))
+    return EngineStatus(name, dist, patch_set.spec, overall, files, detail, option_statuses(patch_set, dist),
+                        patch_set.requires)
 
 
-def option_detail(status: EngineStatus, option: OptionStatus) -> str:
-    """What an optional diff's state means and the command that changes it (status prints it)."""
-    turn_on = f"t4patch apply {status.patch_set} --with {option.name}"
-    return {
-        "applied": f"every file patched; t4patch revert {status.name} takes it back with the rest",
-        "not-applied": f"off, as by default; {turn_on} turns it on",
-        "partial": f"some files patched: {turn_on} finishes it, t4patch revert {status.name} takes it back",
+def companion_of(status: EngineStatus, statuses: list[EngineStatus]) -> list[str]:
+    """The sets in ``statuses`` (applied, partly applied or not yet applied) that ``status`` is installed beside as
+    their companion, at the release they require; [] for an engine that is not one."""
+    if status.installed is None:
+        return []
+    return [s.patch_set for s in statuses
+            if s is not status and s.patch_set and s.overall in ("applied", "partial", "not-applied")
+            and is_companion(status.installed, s.requires)]
+
+
+def checked_by_default(statuses: list[EngineStatus]) -> list[EngineStatus]:
+    """What a bare ``status --check`` checks: every installed engine except one installed only as another
+    engine's companion, i.e. at the release that engine's set requires, with its own set not applied (pristine).
+    Nothing passes that would fail otherwise unless the other set is applied: while it is not, the check fails
+    on it. A companion that is partly patched or foreign is still checked: someone changed it."""
+    return [s for s in statuses if not (s.overall == "not-applied" and companion_of(s, statuses))]
+
+
+def option_detail(status: EngineStatus, option: OptionStatus, target: TargetEnvironment | None = None) -> str:
+    """What an optional diff's state means and the command that changes it (status prints it), aimed at
+    ``target`` so the command works when pasted."""
+    turn_on = suggest.command(target, "apply", status.patch_set or status.name, "--with", option.name)
+    revert = suggest.command(target, "revert", status.name)
+    return {  # the command last, after a colon: what a user copies is the end of the line
+        "applied": f"every file patched; to take it back with the rest: {revert}",
+        "not-applied": f"off, as by default; to turn it on: {turn_on}",
+        "partial": f"some files patched; to take it back: {revert}; to finish it: {turn_on}",
         "foreign": "a file matches neither hash: "
         + (status.installed.reinstall_command() if status.installed else "reinstall the engine"),
     }[option.state]
@@ -114,32 +145,49 @@ def required_options(statuses: list[EngineStatus], names: list[str]) -> dict[str
     return {s.name: tuple(n for n in wanted if s.option(n)) for s in statuses}
 
 
+def companion_problems(status: EngineStatus, target: TargetEnvironment) -> list[CompanionGap]:
+    """The companions ``status``'s set requires that ``target`` lacks (checked while the set is applied, partly
+    applied or about to be applied: a patched engine without them fails when the patched code loads)."""
+    if status.overall not in ("applied", "partial", "not-applied"):
+        return []
+    return companion_gaps(status.requires, target)
+
+
 def check_applied(statuses: list[EngineStatus], required: dict[str, tuple[str, ...]],
                   target: TargetEnvironment) -> None:
     """``status --check``: every engine's default diffs applied (optional ones are optional), plus the options
-    in ``required`` for each engine; otherwise :class:`NotAppliedError` with the commands that fix it, aimed
-    at ``target`` so they work when pasted."""
+    in ``required`` for each engine, plus its set's companions present at the required release; otherwise
+    :class:`NotAppliedError` with the commands that fix it, aimed at ``target`` so they work when pasted."""
     problems: list[str] = []
     appliable: list[str] = []
     options: list[str] = []
     others: list[str] = []
+    companions: list[str] = []
     for s in statuses:
         missing = [o for o in (s.option(n) for n in required.get(s.name, ())) if o and o.state != "applied"]
+        gaps = companion_problems(s, target)
+        companions += [g.fix for g in gaps if g.fix not in companions]
+        if s.overall == "applied" and not missing and not gaps:
+            continue
+        states = (([] if s.overall == "applied" else [s.overall]) + [f"optional {o.name} {o.state}" for o in missing]
+                  + [g.describe() for g in gaps])
+        problems.append(f"{s.name} ({', '.join(states)})")
         if s.overall == "applied" and not missing:
             continue
-        states = ([] if s.overall == "applied" else [s.overall]) + [f"optional {o.name} {o.state}" for o in missing]
-        problems.append(f"{s.name} ({', '.join(states)})")
-        if s.overall == "not-installed" and supported_versions(s.name):
-            release = f"{s.name}=={max(supported_versions(s.name), key=Version)}"
-            others.append(f"{target.pip_install()} {release} && {suggest.command(target, 'apply', release)}")
+        if s.overall == "not-installed":
+            versions = supported_versions(s.name)
+            release = f"{s.name}=={max(versions, key=Version)}" if versions else None
+            others.append(suggest.not_installed(s.name, target, release, "status", s.name, "--check"))
         elif s.overall not in ("applied", "not-applied", "partial"):
             others.append(f"{s.name}: {s.detail}")
         elif any(o.state == "foreign" for o in missing):
-            others.append(f"{s.name}: " + "; ".join(option_detail(s, o) for o in missing if o.state == "foreign"))
+            others.append(f"{s.name}: " + "; ".join(option_detail(s, o, target) for o in missing
+                                                      if o.state == "foreign"))
         elif s.patch_set:
             appliable.append(s.patch_set)
             options += [o.name for o in missing if o.name not in options]
     if problems:
         with_ = [arg for n in options for arg in ("--with", n)]
         apply = [suggest.command(target, "apply", *appliable, *with_)] if appliable else []
-        raise NotAppliedError("--check: not fully applied: " + ", ".join(problems), hint="; ".join(apply + others))
+        raise NotAppliedError("--check: not fully applied: " + ", ".join(problems),
+                              hint="; ".join(companions + apply + others))

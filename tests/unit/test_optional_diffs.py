@@ -74,7 +74,8 @@ def test_a_plain_apply_leaves_the_option_off(opt_env: Env, cli) -> None:
     assert option["name"] == OPTION and option["state"] == "not-applied" and option["patch"] == "0003-change-3.diff"
     assert [(f["path"], f["state"]) for f in option["files"]] == [("fakeengine/extra.py", "pristine")]
     text = cli("status", *at(opt_env)).out
-    assert f"optional {OPTION}: not-applied (off, as by default; t4patch apply fakeengine==1.2.0 --with {OPTION}" in text
+    assert (f"optional {OPTION}: not-applied; off, as by default; to turn it on: t4patch apply fakeengine==1.2.0 "
+            f"--with {OPTION}") in text
     # options are optional: --check passes on the default set; --check --with requires the option
     assert cli("status", "--check", *at(opt_env)).code == 0
     strict = cli("status", "--check", "--with", OPTION, *at(opt_env))
@@ -103,7 +104,7 @@ def test_apply_with_on_an_applied_install_writes_only_the_option_files(opt_env: 
     engine = status_doc(cli, opt_env)
     assert engine["state"] == "applied" and engine["options"][0]["state"] == "applied"
     text = cli("status", *at(opt_env)).out
-    assert f"optional {OPTION}: applied (every file patched" in text
+    assert f"optional {OPTION}: applied; every file patched" in text
     assert f"record: fakeengine==1.2.0 with {OPTION} applied" in text
     assert cli("status", "--check", "--with", OPTION, *at(opt_env)).code == 0
 
