@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import t4patch.commands.doctor as doctor
+from t4patch.commands.engine_table import ENGINES
 from t4patch.cuda.code_index import code_architectures
 from t4patch.cuda.gpu import Gpu, GpuReport
 from t4patch.environment.target import resolve_target
@@ -47,7 +48,8 @@ def elf_with_fatbin(path: Path, sass: tuple[int, ...] = (), ptx: tuple[int, ...]
 
 
 def context(site: Path, gpus: tuple[Gpu, ...] = (T4,), memory: dict | None = None) -> Context:
-    return Context(resolve_target(None, str(site)), GpuReport(gpus, "580.1", "13.0", ("nvml",)), memory or ROOMY)
+    target = resolve_target(None, str(site))
+    return Context(target, GpuReport(gpus, "580.1", "13.0", ("nvml",)), memory or ROOMY, ENGINES)
 
 
 def torch_env(tmp_path: Path, *, sass: tuple[int, ...] = (), ptx: tuple[int, ...] = (), cuda: bool = True) -> Path:
@@ -101,10 +103,10 @@ def test_triton_version_against_torch_pin(tmp_path):
 def test_nvcc_needed_at_run_time(tmp_path, monkeypatch):
     site = tmp_path / "site"
     make_dist(site, name="sglang", version="0.5.23", files={"sglang/__init__.py": ""})
-    monkeypatch.setattr(stack, "_nvcc", lambda: (None, None))
+    monkeypatch.setattr(stack, "nvcc_release", lambda: (None, None))
     check = stack.nvcc_at_runtime(context(site))
     assert check.status == "warn" and "sglang" in check.reason and "CUDA_HOME" in (check.fix or "")
-    monkeypatch.setattr(stack, "_nvcc", lambda: ("/opt/cuda/bin/nvcc", "12.8"))
+    monkeypatch.setattr(stack, "nvcc_release", lambda: ("/opt/cuda/bin/nvcc", "12.8"))
     assert stack.nvcc_at_runtime(context(site)).status == "ok"
     assert stack.nvcc_at_runtime(context(tmp_path / "site")).reason.startswith("nvcc 12.8")
 

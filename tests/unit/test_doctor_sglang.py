@@ -6,7 +6,7 @@ import json
 
 import t4patch.commands.doctor as doctor
 from t4patch.cuda.gpu import GpuReport
-from t4patch.engines.sglang.doctor import count_marlin_kernels
+from t4patch.engines.vllm.readiness import count_marlin_kernels
 from tests.helpers import T4, make_dist
 
 
@@ -29,9 +29,23 @@ def doctor_json(cli, site, monkeypatch):
 
 
 def test_missing_vllm_is_named_with_the_install_command(tmp_path, cli, monkeypatch):
-    doc = doctor_json(cli, make_sglang_env(tmp_path, vllm_version=None), monkeypatch)
+    site = make_sglang_env(tmp_path, vllm_version=None)
+    doc = doctor_json(cli, site, monkeypatch)
     assert doc["sglang"]["vllm_version"] is None
-    assert any("pip install --no-deps vllm==0.33.0" in note for note in doc["advice"])
+    # aimed at the --site-packages directory (issue 23.3), as apply's companion warning is; never vLLM's deps
+    wanted = f"-m pip install --upgrade --target {site} --no-deps vllm==0.33.0"
+    assert any(note.endswith(wanted) for note in doc["advice"]), doc["advice"]
+
+
+def test_missing_torch_names_the_command(tmp_path, cli, monkeypatch):
+    site = make_sglang_env(tmp_path)
+    for path in site.glob("torch*"):
+        import shutil
+
+        shutil.rmtree(path)
+    notes = doctor_json(cli, site, monkeypatch)["advice"]
+    line = next(note for note in notes if note.startswith("torch is not installed"))
+    assert f"-m pip install --upgrade --target {site} torch==2.14.1 " in line  # SGLang's own pin, into the target
 
 
 def test_wrong_vllm_and_missing_library_and_torch_pin(tmp_path, cli, monkeypatch):
@@ -49,7 +63,7 @@ def test_no_sglang_no_section(env, cli, monkeypatch):
 
 
 def test_count_marlin_kernels_on_synthetic_names(monkeypatch):
-    import t4patch.engines.sglang.doctor as support
+    import t4patch.engines.vllm.readiness as support
 
     names = {
         b"a": ["_ZN6marlin6MarlinILl1ELl2EEEvv", "_ZN6marlin13MarlinDefaultEv", "rms_norm_kernel"],

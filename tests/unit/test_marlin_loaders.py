@@ -12,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from t4patch.commands.engine_table import ENGINES  # noqa: E402
 from t4patch.engines.sglang import marlin as sglang_loader  # noqa: E402
 from t4patch.engines.sglang.marlin_provider import SGLANG_TARGET_FILES  # noqa: E402
 from t4patch.engines.vllm import marlin as vllm_lib  # noqa: E402
@@ -192,14 +193,14 @@ def test_sglang_with_edited_marlin_files_is_foreign(tmp_path):
     find_patch_set("sglang", "0.5.23")  # the shipped patch set must exist for this check
     fake_sglang_dist(tmp_path, {path: b"# edited by someone\n" for path in SGLANG_TARGET_FILES})
     with pytest.raises(ForeignFileError) as info:
-        providers.make_provider("sglang", resolve_target(None, str(tmp_path)), {}, (7, 5))
+        providers.make_provider("sglang", resolve_target(None, str(tmp_path)), {}, (7, 5), ENGINES)
     assert info.value.exit_code == 6
 
 
 def test_sglang_without_marlin_files_is_missing(tmp_path):
     fake_sglang_dist(tmp_path, {})
     with pytest.raises(MissingDependencyError, match="missing"):
-        providers.make_provider("sglang", resolve_target(None, str(tmp_path)), {}, (7, 5))
+        providers.make_provider("sglang", resolve_target(None, str(tmp_path)), {}, (7, 5), ENGINES)
 
 
 def test_not_applied_error_exit_code():

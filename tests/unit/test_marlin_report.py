@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from t4patch import cli  # noqa: E402
+from t4patch.commands.engine_table import ENGINES  # noqa: E402
 from t4patch.environment.target import resolve_target  # noqa: E402
 from t4patch.errors import (  # noqa: E402
     DeterminismError,
@@ -24,7 +25,7 @@ from t4patch.errors import (  # noqa: E402
     VerificationError,
 )
 from t4patch.output import emit_json  # noqa: E402
-from t4patch.verify.marlin import checks, config, layout, providers, quant, report, runner, shapes  # noqa: E402
+from t4patch.verify.marlin import checks, config, layout, probe, providers, quant, report, runner, shapes  # noqa: E402
 
 TABLE_DOC = {
     "schema": 1,
@@ -101,7 +102,7 @@ def run_emulated(provider: providers.MarlinProvider, m_values=(1, 5)):
         device="cpu",
     )
     software = {"python": "3", "torch": torch.__version__, "cuda": None, "target": {}}
-    return runner.execute(provider, table, tol, settings, GPU, software)
+    return runner.execute(provider, table, tol, settings, GPU, software, ENGINES)
 
 
 def test_emulated_marlin_passes_with_full_report():
@@ -126,7 +127,7 @@ def test_emulated_marlin_passes_with_full_report():
         assert shape["overflow"]["nonfinite_outputs"] == 0
         assert shape["overflow"]["max_abs_activation"] == 2080.0
     assert any("fp16 accumulation" in line or "fp16 (vLLM PR #29901)" in line for line in doc["scope"]["does_not_prove"])
-    text = report.render_text(payload)
+    text = report.render_text(payload, ENGINES)
     assert "verdict: pass" in text and "wide" in text and "Emulated GPU" in text
 
 
@@ -174,9 +175,9 @@ def test_nondeterminism_alone_is_a_determinism_error():
 
 
 def test_scope_statement_depends_on_the_gpu():
-    proves, does_not = report.scope((7, 5), "Tesla T4")
+    proves, does_not = report.scope((7, 5), "Tesla T4", ENGINES)
     assert "Turing's own" in " ".join(proves)
-    proves90, does_not90 = report.scope((9, 0), "NVIDIA H200")
+    proves90, does_not90 = report.scope((9, 0), "NVIDIA H200", ENGINES)
     assert any("fp16" in line for line in does_not90) and any("sm_90" in line for line in proves90)
 
 
@@ -216,16 +217,16 @@ def test_cli_pass_and_fail_exit_codes(monkeypatch, capsys):
 def test_vllm_provider_missing_is_a_missing_dependency(tmp_path):
     target = resolve_target(None, str(tmp_path))
     with pytest.raises(MissingDependencyError, match="no vllm installation") as info:
-        providers.make_provider("vllm", target, {}, (9, 0))
+        providers.make_provider("vllm", target, {}, (9, 0), ENGINES)
     assert info.value.exit_code == 10 and "pip install --no-deps vllm==0.33.0" in str(info.value)
     with pytest.raises(MissingDependencyError, match="found nothing"):
-        providers.make_provider("vllm", target, {"vllm_lib": str(tmp_path / "missing.so")}, (9, 0))
+        providers.make_provider("vllm", target, {"vllm_lib": str(tmp_path / "missing.so")}, (9, 0), ENGINES)
 
 
 def test_sglang_provider_missing_is_a_missing_dependency(tmp_path):
     target = resolve_target(None, str(tmp_path))
     with pytest.raises(MissingDependencyError, match="SGLang 0.5.23") as info:
-        providers.make_provider("sglang", target, {}, (7, 5))
+        providers.make_provider("sglang", target, {}, (7, 5), ENGINES)
     assert info.value.exit_code == 10
 
 
@@ -242,7 +243,7 @@ def test_cli_python_option_reruns_in_that_interpreter_and_passes_the_exit_code(t
 
 def test_bitwise_equal_counts_nan_payloads_and_signed_zero():
     nan = torch.tensor([float("nan"), 1.0], dtype=torch.float16)
-    assert checks.bitwise_equal(nan, nan.clone())  # torch.equal would say False
-    assert not checks.bitwise_equal(torch.tensor([0.0]).half(), torch.tensor([-0.0]).half())
-    assert not checks.bitwise_equal(torch.ones(2).half(), torch.ones(2).float())
-    assert checks._distinct([nan, nan.clone(), nan + 1]) == 2
+    assert probe.bitwise_equal(nan, nan.clone())  # torch.equal would say False
+    assert not probe.bitwise_equal(torch.tensor([0.0]).half(), torch.tensor([-0.0]).half())
+    assert not probe.bitwise_equal(torch.ones(2).half(), torch.ones(2).float())
+    assert probe.distinct([nan, nan.clone(), nan + 1]) == 2

@@ -8,6 +8,7 @@ pass the first and fail the second; that is the property the GPU test relies on.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from t4patch.commands.engine_table import ENGINES  # noqa: E402
 from t4patch.engines.vllm import marlin_sm75_provider as turing  # noqa: E402
 from t4patch.errors import DataFileError  # noqa: E402
 from t4patch.verify.marlin import checks, config, layout, providers, quant, report, runner, shapes  # noqa: E402
@@ -111,7 +113,8 @@ def sm75_provider(fp16_accumulation: bool) -> providers.MarlinProvider:
         gemm=gemm,
         make_workspace=workspace,
         info={"vllm": {"source": "emulated"}, "weight_type_id": turing.UINT4B8.id},
-        raw={"extra_checks": extra, "scope": lambda cap, name: turing.scope(cfg, cap, name, RECORD)},
+        extra_checks=extra,
+        scope=lambda cap, name: turing.scope(cfg, cap, name, RECORD),
     )
 
 
@@ -121,7 +124,7 @@ def run(provider, m_values=(1, 4)):
     settings = checks.Settings(m_values=m_values, seed=0, group_size=32, tolerances=tol, speed=False, quick=True,
                                l2_bytes=0, peak_gb_per_s=None, device="cpu")
     software = {"python": "3", "torch": torch.__version__, "cuda": None, "target": {}}
-    return runner.execute(provider, table, tol, settings, GPU, software)
+    return runner.execute(provider, table, tol, settings, GPU, software, ENGINES)
 
 
 def test_uint4_id_is_vllms():
@@ -207,7 +210,7 @@ def test_fp16_accumulating_run_passes_with_awq_control_and_comparison(fp16_run):
     assert max(control) < 1e-5 < min(c["rel_err_vs_fp16"] for c in long["cases"])
     assert payload["comparison"]["cases"] == 4
     assert payload["evidence_class"].startswith("sm_75 code executed on sm_90 through PTX JIT")
-    text = report.render_text(payload)
+    text = report.render_text(payload, ENGINES)
     assert "Turing-path guard" in text and "AWQ g128" in text and "PTX JIT" in text
 
 
@@ -235,10 +238,9 @@ def test_corrupted_awq_repack_is_caught():
 
     ops.awq_marlin_repack = bad
     cfg = turing.load_config()
-    raw = dict(provider.raw)
-    raw["extra_checks"] = lambda results, table, settings, failures: turing.extra_checks(
+    extra = lambda results, table, settings, failures: turing.extra_checks(  # noqa: E731
         ops, provider.make_workspace, cfg, results, table, settings, failures, (9, 0))
-    payload, failures = run(providers.MarlinProvider(**{**provider.__dict__, "raw": raw}))
+    payload, failures = run(dataclasses.replace(provider, extra_checks=extra))
     assert any(kind == "repack" and m.startswith("AWQ") for kind, m in failures)
 
 

@@ -142,7 +142,7 @@ def check(target: TargetEnvironment) -> SglangReadiness | None:
         wanted_torch = "torch" + (sglang_pin if sglang_pin and sglang_pin != "any" else "")
         warnings.append(
             f"torch is not installed in this environment: {target.pip_install()} {shlex.quote(wanted_torch)} "
-            "(SGLang's own pin; then rerun t4patch doctor to check its sm_75 code)"
+            "(SGLang's own pin)"
         )
     return SglangReadiness(
         sglang.version, needs, vllm.version if vllm else None, torch.version if torch else None, pins, library,
