@@ -118,6 +118,13 @@ class DataFileError(T4PatchError):
     exit_code = 16
 
 
+class IncompletePortError(T4PatchError):
+    """`t4patch port` wrote a draft, but not every hunk landed (or a patched file does not compile): the draft
+    needs a hand edit before it can ship. The report is printed in full; this is its exit code."""
+
+    exit_code = 17
+
+
 EXIT_CODES: dict[str, int] = {
     cls.__name__: cls.exit_code
     for cls in (
@@ -137,5 +144,6 @@ EXIT_CODES: dict[str, int] = {
         ToolMissingError,
         BuildError,
         DataFileError,
+        IncompletePortError,
     )
 }

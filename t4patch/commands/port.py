@@ -5,14 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
-
 from t4patch.cli_options import add_json_option
-from t4patch.engines import example_name, example_spec
-from t4patch.errors import UsageError
+from t4patch.commands.engine_table import example_name
+from t4patch.errors import IncompletePortError, UsageError
 from t4patch.output import emit_json, say
 from t4patch.patching.port import port
-from t4patch.patching.selection import parse_spec
+from t4patch.patching.release_spec import exact_release
 
 
 def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -35,22 +33,15 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     return parser
 
 
-def _exact(spec: str, option: str) -> tuple[str, str]:
-    req = parse_spec(spec)
-    pins = [s for s in req.specifier if s.operator == "=="]
-    if len(list(req.specifier)) != 1 or not pins or "*" in pins[0].version:
-        raise UsageError(
-            f"{option} {spec}: expected one exact release, e.g. {example_spec()}, found {spec!r}",
-            hint="t4patch list (the shipped releases)",
-        )
-    return canonicalize_name(req.name), pins[0].version
+PORT_EXAMPLE = "t4patch port {name}==<version>"
 
 
 def run(args: argparse.Namespace) -> int:
-    name, new_version = _exact(args.spec, "port")
+    name, new_version = exact_release(args.spec, option="port", example=PORT_EXAMPLE)
     old_version = None
     if args.from_spec:
-        old_name, old_version = _exact(args.from_spec, "--from")
+        old_name, old_version = exact_release(args.from_spec, option="--from",
+                                              example=f"t4patch port {name}=={new_version} --from {{name}}==<version>")
         if old_name != name:
             raise UsageError(f"--from {args.from_spec}: expected a release of {name}, found {old_name}")
     report = port(name, new_version, Path(args.output), old_version=old_version, wheel=args.wheel,
@@ -60,4 +51,5 @@ def run(args: argparse.Namespace) -> int:
     else:
         for line in report.lines():
             say(line)
-    return 0
+    # A draft that needs a hand edit (or no draft at all) is not a finished port: a script must see it.
+    return 0 if report.complete else IncompletePortError.exit_code

@@ -39,12 +39,17 @@ def run(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     for ps in sets:
         proven = [p.line for p in prove_against_wheel(ps, Path(args.wheel))] if args.wheel else []
-        results.append({"patch_set": ps.spec, "directory": str(ps.directory), "valid": True, "wheel_checks": proven})
+        results.append({"patch_set": ps.spec, "directory": str(ps.directory), "valid": True, "draft": ps.draft,
+                        "wheel_checks": proven})
     if args.json:
         emit_json("validate", {"results": results})
         return 0
     for r in results:
-        say(f"{r['patch_set']}: valid ({r['directory']})")
+        if r["draft"]:  # valid data, but nobody has reviewed it: apply and wheel refuse it
+            say(f"{r['patch_set']}: valid DRAFT ({r['directory']}): written by t4patch port, not reviewed; apply "
+                "and wheel refuse it until its `draft = true` line is deleted (docs/maintaining.md)")
+        else:
+            say(f"{r['patch_set']}: valid ({r['directory']})")
         for line in r["wheel_checks"]:
             say(f"  {line}")
     return 0

@@ -9,9 +9,6 @@ never by importing them, so this works for engines whose import would need a GPU
 
 from __future__ import annotations
 
-import base64
-import csv
-import io
 import os
 import shlex
 import sys
@@ -23,6 +20,7 @@ from packaging.utils import canonicalize_name
 
 from t4patch.environment.interpreter import probe_json
 from t4patch.errors import TargetEnvironmentError, UsageError
+from t4patch.fileio.wheeltools import parse_record
 
 _PROBE = (
     "import json, sys, sysconfig; "
@@ -49,26 +47,6 @@ class InstalledDistribution:
     def record(self) -> dict[str, str | None]:
         """Map each RECORD path to its sha256 in hex (None where RECORD has no hash, e.g. RECORD itself)."""
         return parse_record((self.dist_info / "RECORD").read_text(encoding="utf-8"))
-
-
-def parse_record(text: str) -> dict[str, str | None]:
-    """Parse a wheel RECORD (CSV: path, sha256=<urlsafe-b64>, size) into path -> hex sha256 or None."""
-    result: dict[str, str | None] = {}
-    for row in csv.reader(io.StringIO(text)):
-        if not row:
-            continue
-        result[row[0]] = _record_digest_to_hex(row[1] if len(row) > 1 else "")
-    return result
-
-
-def _record_digest_to_hex(digest: str) -> str | None:
-    if not digest:
-        return None
-    algo, _, value = digest.partition("=")
-    if algo != "sha256":
-        return None
-    padded = value + "=" * (-len(value) % 4)
-    return base64.urlsafe_b64decode(padded).hex()
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,21 @@ NEW pristine (= RECORD) and patched sha256, and writes the result as a **draft**
 (``draft = true``), which ``apply`` refuses until a maintainer has reviewed it and removed the mark. The draft
 is then loaded by the strict manifest reader and proven against the NEW wheel (exact apply, patched hash,
 exact revert) and every patched file is compiled, so what the report calls ported is a set that works.
-Nothing is published: the draft goes to ``-o DIR`` (a patch-set tree, usable with ``--patches DIR``).
+Nothing is published: the draft goes to ``-o DIR`` (a patch-set tree, usable with ``--patches DIR``), which
+is checked first (:mod:`t4patch.patching.output_dir`: no symlink, no file, writable, not inside a patch-set
+tree that ``list`` reads). A set already at ``DIR/<engine>/<version>/`` is replaced only when it is an earlier
+draft of ``t4patch port`` (its manifest loads and says ``draft = true``, and the directory holds only that
+manifest and its diffs); anything else there is the user's and is kept. Both wheels go through
+:func:`t4patch.fileio.wheeltools.open_release` (the wheel cache is ``cache_dir("wheels")``): NEW's file name,
+dist-info and METADATA must all say NEW, so another release renamed to NEW's file name is refused.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
+import secrets
 import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,14 +30,15 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from t4patch.errors import PatchSetError, UsageError
+from t4patch.errors import PatchSetError, T4PatchError, UsageError
 from t4patch.fileio.hashing import sha256_bytes
+from t4patch.fileio.wheeltools import Expected, ReleasedWheel, find_release, open_release
 from t4patch.patching.diffwrite import unified_diff
 from t4patch.patching.hunkport import FilePort, Merge, git_merge_file, missing_file, port_file_diff
 from t4patch.patching.manifest import MANIFEST_NAME, SCHEMA_VERSION, Patch, PatchSet, load_patch_set
 from t4patch.patching.manifest_write import render_manifest
+from t4patch.patching.output_dir import make_dir, output_dir
 from t4patch.patching.registry import find_patch_set, nearest_version, supported_versions
-from t4patch.patching.release import ReleaseFiles, find_wheel
 from t4patch.patching.unified_diff import apply_file_diff
 from t4patch.patching.wheelproof import prove_against_wheel
 
@@ -138,14 +146,14 @@ class PortReport:
         counts = self.counts()
         out.append("  hunks: " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts)))
         if self.draft_dir is None:
-            out.append("  no draft written: no diff landed")
+            out.append("  no draft written: no diff landed (exit 17)")
         else:
             out.append(f"  draft: {self.draft_dir} (draft = true; apply refuses it until reviewed)")
             out.append(f"  proof on {self.new_wheel.name}: {len(self.proof)} file(s) pristine = RECORD, apply "
                        f"exactly, patched hash ok, revert exactly; {len(self.compiled)} compiled")
             out.extend(f"  DOES NOT COMPILE: {e}" for e in self.compile_errors)
             out.append("  COMPLETE: every hunk landed or is upstream; review the draft" if self.complete
-                       else "  INCOMPLETE: hunks above need a hand edit before this set can ship")
+                       else "  INCOMPLETE: hunks above need a hand edit before this set can ship (exit 17)")
         return out
 
 
@@ -178,19 +186,33 @@ def port(
     if Version(old_version) == Version(new_version):
         raise UsageError(f"--from {name}=={old_version}: expected another release than the one ported to")
     old_set = find_patch_set(name, old_version)
-    old_wheel = find_wheel(name, old_version, from_wheel)
-    new_wheel = find_wheel(name, new_version, wheel)
-    old_files, new_files = ReleaseFiles.open(old_wheel), ReleaseFiles.open(new_wheel)
+    command = f"t4patch port {name}=={new_version} --from {name}=={old_version}"
+    retry = f"{command} -o DIR"
+    output_dir(out, option="-o", retry=retry)
+    _check_draft_place(out / old_set.distribution / str(Version(new_version)), retry)
+    old_path = find_release(name, old_version, Path(from_wheel) if from_wheel else None, role="--from-wheel")
+    new_path = find_release(name, new_version, Path(wheel) if wheel else None, role="--wheel")
+    old_role = "--from-wheel" if from_wheel else "OLD's wheel"
+    new_role = "--wheel" if wheel else "NEW's wheel"
+    with open_release(old_path, Expected(name, old_version, role=old_role)) as old_files, \
+            open_release(new_path, Expected(name, new_version, role=new_role)) as new_files:
+        return _port(old_set, new_version, out, old_files, new_files, command, merge)
 
+
+def _port(old_set: PatchSet, new_version: str, out: Path, old_files: ReleasedWheel, new_files: ReleasedWheel,
+          command: str, merge: Merge) -> PortReport:
     every_target = old_set.targets + old_set.optional_targets
     old_state: dict[str, bytes] = {}
     new_state: dict[str, bytes | None] = {}
     checked, missing = [], []
     for target in every_target:
+        if not old_files.has(target.path):
+            raise PatchSetError(f"{old_set.spec}: {target.path} is not in {old_files.path.name}'s RECORD",
+                                hint="the patch set is broken; check it with: t4patch validate")
         data = old_files.read(target.path)
         if sha256_bytes(data) != target.pristine_sha256:
             raise PatchSetError(
-                f"{old_set.spec}: {target.path} in {old_wheel.name} is not the pristine file the set pins",
+                f"{old_set.spec}: {target.path} in {old_files.path.name} is not the pristine file the set pins",
                 hint=f"pass the wheel {old_set.spec} was made from with --from-wheel",
             )
         old_state[target.path] = data
@@ -209,7 +231,8 @@ def port(
             old_after = apply_file_diff(old_state[fd.path], fd)
             current = new_state[fd.path]
             if current is None:
-                ports.append(missing_file(fd, f"{fd.path} is not in {new_wheel.name} (its RECORD has no such file)"))
+                ports.append(missing_file(fd, f"{fd.path} is not in {new_files.path.name} (its RECORD has no such "
+                                              "file)"))
             else:
                 ported = port_file_diff(fd, old_state[fd.path], current, merge)
                 ports.append(ported)
@@ -219,16 +242,16 @@ def port(
 
     diffs, kept = _outcomes(results)
     report = PortReport(
-        distribution=name, old_version=old_version, new_version=new_version, old_wheel=old_wheel,
-        new_wheel=new_wheel, record_checked=tuple(checked), missing=tuple(missing), diffs=tuple(diffs),
-        draft_dir=None, command=f"t4patch port {name}=={new_version} --from {name}=={old_version}",
+        distribution=old_set.distribution, old_version=old_set.version, new_version=new_version,
+        old_wheel=old_files.path, new_wheel=new_files.path, record_checked=tuple(checked), missing=tuple(missing),
+        diffs=tuple(diffs), draft_dir=None, command=command,
     )
     if not kept:
         return report
     draft = _write_draft(old_set, new_version, out, kept, new_pristine, diffs, report.command)
     proven = load_patch_set(draft)
     with_all = proven.with_options(proven.option_names)
-    proof = tuple(p.line for p in prove_against_wheel(with_all, new_wheel))
+    proof = tuple(p.line for p in prove_against_wheel(with_all, new_files))
     compiled, errors = _compile(with_all, new_files)
     return replace(report, draft_dir=draft, proof=proof, compiled=tuple(compiled), compile_errors=tuple(errors))
 
@@ -253,7 +276,7 @@ def _outcomes(results: list[tuple[Patch, list[FilePort]]]) -> tuple[list[DiffPor
     return diffs, kept
 
 
-def _compile(patch_set: PatchSet, files: ReleaseFiles) -> tuple[list[str], list[str]]:
+def _compile(patch_set: PatchSet, files: ReleasedWheel) -> tuple[list[str], list[str]]:
     """Compile every patched ``.py`` target (syntax only, nothing is run): a merge can land cleanly and still
     leave code that does not parse, and that must be in the report, not found at import time."""
     from t4patch.patching.plan import transform_bytes
@@ -283,13 +306,6 @@ def _write_draft(
 ) -> Path:
     """Write ``out/<distribution>/<new_version>/`` (manifest + diffs) atomically; never over a reviewed set."""
     final = out / old_set.distribution / str(Version(new_version))
-    if (final / MANIFEST_NAME).is_file():
-        text = (final / MANIFEST_NAME).read_text(encoding="utf-8")
-        if "\ndraft = true\n" not in text:
-            raise UsageError(
-                f"{final} holds a reviewed patch set (no `draft = true`): expected an empty place for the draft",
-                hint="pass another -o DIR (the draft goes to DIR/<engine>/<version>/)",
-            )
     final_state: dict[str, bytes] = {}
     diff_texts: dict[str, str] = {}
     for _patch, new_name, ports in kept:
@@ -336,20 +352,77 @@ def _write_draft(
         *[f"  {d.old_file} -> {d.new_file or 'dropped'}: {d.note}" for d in diffs],
     ]
     header.extend(_old_header(old_set))
-    out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".t4patch-port-", dir=out))
     try:
-        (staging / MANIFEST_NAME).write_text(render_manifest(doc, header), encoding="utf-8")
+        _place(final, render_manifest(doc, header), diff_texts)
+    except OSError as exc:  # ENOSPC, EIO, a directory made read-only meanwhile: one line, the old state kept
+        raise T4PatchError(f"-o {out}: writing the draft {final} failed ({exc.strerror or exc}); what was there "
+                           "is kept", hint=f"free space or fix permissions there, then: {command} -o {out}") from None
+    return final
+
+
+def _is_earlier_draft(place: Path) -> bool:
+    """Whether ``place`` holds only what ``t4patch port`` writes: a manifest that loads with ``draft = true``
+    and the diffs it names, nothing else (a user's notes or a reviewed set there are never replaced)."""
+    try:
+        found = load_patch_set(place)
+    except T4PatchError:
+        return False
+    names = {MANIFEST_NAME, *(p.file for p in found.all_patches)}
+    return found.draft and all(e.is_file() and not e.is_symlink() and e.name in names for e in place.iterdir())
+
+
+def _check_draft_place(final: Path, retry: str) -> None:
+    """Refuse before any work if ``DIR/<engine>/<version>/`` (or ``DIR/<engine>``) is not a place a draft may go."""
+    engine_dir = final.parent
+    for path in (engine_dir, final):
+        if path.is_symlink():
+            raise UsageError(f"-o: expected {path} to be a directory t4patch may write into, found a symlink (to "
+                             f"{os.readlink(path)}); nothing was written", hint=retry)
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"-o: expected {path} to be a directory t4patch may write into, found a file; nothing "
+                             "was written", hint=retry)
+    if final.is_dir() and not _is_earlier_draft(final):
+        reviewed = (final / MANIFEST_NAME).is_file() and not _loads_as_draft(final)
+        raise UsageError(
+            f"{final} holds " + ("a reviewed patch set (no `draft = true`)" if reviewed else
+                                 "files that are not an earlier draft of t4patch port") +
+            ": expected an empty place for the draft (or an earlier draft, which is replaced); it is kept and "
+            "nothing was written",
+            hint="pass another -o DIR (the draft goes to DIR/<engine>/<version>/): " + retry,
+        )
+
+
+def _loads_as_draft(place: Path) -> bool:
+    try:
+        return load_patch_set(place).draft
+    except T4PatchError:
+        return False
+
+
+def _place(final: Path, manifest: str, diff_texts: dict[str, str]) -> None:
+    """Write the draft beside ``final`` and rename it into place; an earlier draft there (checked by
+    :func:`_check_draft_place`) is renamed aside first and removed only after the new one is in place."""
+    parent = final.parent
+    parent.mkdir(parents=True, exist_ok=True)  # 0777 minus the umask, as every directory here
+    staging = parent / f".t4patch-port-{secrets.token_hex(8)}"
+    make_dir(staging)
+    old = parent / f".t4patch-port-old-{secrets.token_hex(8)}"
+    try:
+        (staging / MANIFEST_NAME).write_text(manifest, encoding="utf-8")
         for new_name, text in diff_texts.items():
             (staging / new_name).write_text(text, encoding="utf-8")
-        final.parent.mkdir(parents=True, exist_ok=True)
         if final.exists():
-            shutil.rmtree(final)  # an earlier draft (checked above): replaced whole
+            final.rename(old)
         staging.rename(final)
+    except BaseException:
+        if old.exists() and not final.exists():
+            old.rename(final)  # the earlier draft back, as it was
+        raise
     finally:
         if staging.exists():
             shutil.rmtree(staging)
-    return final
+    if old.exists():
+        shutil.rmtree(old)
 
 
 def _old_header(old_set: PatchSet) -> list[str]:

@@ -16,11 +16,11 @@ from t4patch.environment import suggest
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment
 from t4patch.errors import (
     NotInstalledError,
-    PatchSetError,
     TargetEnvironmentError,
     UnsupportedVersionError,
     UsageError,
 )
+from t4patch.patching.drafts import refuse_draft
 from t4patch.patching.manifest import PatchSet
 from t4patch.patching.options import planned_set
 from t4patch.patching.plan import Operation
@@ -95,13 +95,7 @@ def select(spec: str, target: TargetEnvironment) -> Selection:
             hint=f"ask for {name}=={dist.version}, or t4patch list for the versions t4patch supports",
         )
     patch_set = find_patch_set(name, dist.version)
-    if patch_set.draft:  # written by `t4patch port`, not reviewed yet
-        raise PatchSetError(
-            f"{patch_set.spec} in {patch_set.directory} is a draft written by `t4patch port`: expected a reviewed "
-            "patch set, found `draft = true` in its manifest; nothing was written",
-            hint=f"review every diff in {patch_set.directory} (docs/maintaining.md), then delete the `draft = true` "
-            f"line and run: t4patch validate {patch_set.directory}",
-        )
+    refuse_draft(patch_set)  # written by `t4patch port`, not reviewed yet
     return Selection(spec, dist, patch_set)
 
 

@@ -4,37 +4,40 @@ Patching site-packages on every node at start-up does not scale to an image buil
 wheel built once and installed with the ordinary tools does. The wheel is made from the released one and
 proves it on the way:
 
-1. the input must be the released wheel: its file name says the spec's name and version, every member hashes
-   to its RECORD entry (so a changed byte is caught unless RECORD was edited too), and every target file
-   hashes to the patch set's pristine sha256 (so an edited RECORD cannot hide a changed target);
+1. the input must be the released wheel (:func:`t4patch.fileio.wheeltools.open_release`: its file name, its
+   dist-info and its METADATA say the spec's name and version, every member hashes to its RECORD entry, streamed,
+   so a changed byte is caught unless RECORD was edited too), and every target file hashes to the patch set's
+   pristine sha256 (so an edited RECORD cannot hide a changed target);
 2. the patch set is proven against it as ``validate --wheel`` does (:func:`~t4patch.patching.wheelproof.
    prove_against_wheel`: exact apply, patched hash, exact revert) and applied in memory with the core's exact
    diff apply; each result must hash to the manifest's patched sha256;
 3. the output keeps the real distribution name and release, with a PEP 440 local label
-   (``0.33.0+t4patch.N``, :mod:`t4patch.patching.local_version`): ``.dist-info`` renamed, METADATA's
+   (``0.33.0+t4patch.0.1.0.h1a2b3c4d``, :mod:`t4patch.patching.local_version`; an optional-diff wheel's label
+   sorts below the plain one's): ``.dist-info`` renamed, METADATA's
    ``Version`` line and RECORD rewritten, a t4patch state record added to the dist-info so ``t4patch status``
    on an install from it reports the set as applied; every other member keeps its stored bytes, and the file
    name keeps the wheel's tags;
 4. the output is reproducible: member order is the input's, unchanged members are copied as stored, changed
    and new ones are stored uncompressed with the input's newest timestamp
-   (:mod:`t4patch.patching.wheelfile`), and the state record's time is that timestamp too; ``SHA256SUMS``
+   (:mod:`t4patch.fileio.wheeltools`), and the state record's time is that timestamp too; ``SHA256SUMS``
    beside the wheel lists it.
 
-Every check runs before anything is written; the wheel is written to a temporary file in the output directory
-and renamed into place, so a refused input leaves the output directory as it was.
+Every check runs before anything is written (the output directory too: :mod:`t4patch.patching.output_dir`);
+the wheel is written to a temporary file in the output directory (``0644`` under umask 022) and renamed into
+place, so a refused input leaves the output directory as it was. A file of the output's name that is already
+there is kept when it holds exactly the bytes this build makes and refused otherwise (t4patch replaces only
+what it wrote); ``SHA256SUMS`` is rewritten only when every line of it is a t4patch line. Memory stays bounded:
+members are hashed and copied in chunks, and only the patched files and metadata are held whole.
 """
 
 from __future__ import annotations
 
-import base64
 import csv
 import datetime as dt
 import hashlib
 import io
-import os
 import re
-import subprocess
-import sys
+import shlex
 import tempfile
 import zipfile
 import zlib
@@ -42,26 +45,39 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from t4patch.environment.target import parse_record
-from t4patch.errors import PatchSetError, T4PatchError, UsageError
+from t4patch.errors import PatchSetError, T4PatchError, UnsupportedVersionError, UsageError
 from t4patch.fileio.atomic import write_bytes_atomic
-from t4patch.fileio.hashing import sha256_bytes, sha256_file
+from t4patch.fileio.hashing import sha256_bytes
+from t4patch.fileio.wheeltools import (
+    SIGNATURES,
+    Expected,
+    Member,
+    ReleasedWheel,
+    copied,
+    find_release,
+    open_release,
+    record_line,
+    sha256_stream,
+    wheel_fault,
+    write_wheel_file,
+)
+from t4patch.patching.drafts import refuse_draft
 from t4patch.patching.local_version import label_for
 from t4patch.patching.manifest import PatchSet
+from t4patch.patching.output_dir import check_entry, make_output_dir, output_dir
 from t4patch.patching.plan import transform_bytes
-from t4patch.patching.registry import find_patch_set
-from t4patch.patching.selection import parse_spec
+from t4patch.patching.registry import find_patch_set, nearest_version, supported_versions
+from t4patch.patching.release_spec import exact_release
 from t4patch.patching.state import RECORD_NAME, record_document
 from t4patch.patching.unified_diff import DiffMismatch
-from t4patch.patching.wheelfile import Member, copied, write_archive
 from t4patch.patching.wheelproof import FileProof, prove_against_wheel
 
 SUMS_NAME = "SHA256SUMS"
-_SIGNATURES = ("RECORD.jws", "RECORD.p7s")
 _VERSION_LINE = re.compile(rb"^Version: *(?P<version>[^\r\n]*)(?P<eol>\r?\n)", re.MULTILINE)
+_SUMS_LINE = re.compile(r"^(?P<digest>[0-9a-f]{64})  (?P<name>[^/\x00]+)$")
+_AFTER = "; nothing was written"
 
 
 @dataclass(frozen=True)
@@ -72,14 +88,15 @@ class PatchedWheel:
     options: tuple[str, ...]  # optional diffs turned on
     source: Path
     source_sha256: str
-    label: str  # "t4patch.N"
-    version: str  # "0.33.0+t4patch.N"
+    label: str  # "t4patch.0.1.0.h1a2b3c4d"
+    version: str  # "0.33.0+t4patch.0.1.0.h1a2b3c4d"
     path: Path
     sha256: str
     size: int
     sums: Path
     files: tuple[FileProof, ...]
     members: int
+    kept: bool = False  # the output was already there, byte for byte (nothing rewritten but SHA256SUMS)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -89,133 +106,101 @@ class PatchedWheel:
             "label": self.label,
             "version": self.version,
             "wheel": {"path": str(self.path), "name": self.path.name, "sha256": self.sha256, "size": self.size,
-                      "members": self.members},
+                      "members": self.members, "already_there": self.kept},
             "sha256sums": str(self.sums),
             "files": [{"path": f.path, "pristine_sha256": f.pristine_sha256, "patched_sha256": f.patched_sha256}
                       for f in self.files],
         }
 
 
-def exact_release(spec: str) -> tuple[str, str]:
-    """``ENGINE==VERSION`` -> (canonical name, version); a wheel is made for exactly one release."""
-    req = parse_spec(spec)
-    pins = list(req.specifier)
-    if len(pins) != 1 or pins[0].operator not in ("==", "===") or "*" in pins[0].version:
-        raise UsageError(f"{spec!r}: expected ENGINE==VERSION (one exact release), found "
-                         f"{'no version' if not pins else str(req.specifier)}",
-                         hint=f"t4patch wheel {canonicalize_name(req.name)}==<version>  (t4patch list shows them)")
-    version = pins[0].version
-    if Version(version).local is not None:
-        raise UsageError(f"{spec!r}: expected a released version, found the local version {version}",
-                         hint=f"t4patch wheel {canonicalize_name(req.name)}=={Version(version).public}")
-    return canonicalize_name(req.name), version
+WHEEL_EXAMPLE = "t4patch wheel {name}==<version>"
 
 
-def download_release(name: str, version: str, dest: Path) -> Path:
-    """The released wheel from the package index, via this interpreter's pip (``pip download --no-deps``)."""
-    argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-            "-q", "-d", str(dest), f"{name}=={version}"]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    wheels = sorted(dest.glob("*.whl"))
-    if proc.returncode != 0 or len(wheels) != 1:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        raise T4PatchError(
-            f"pip download of {name}=={version} failed (exit {proc.returncode}: {last}); nothing was written",
-            hint=f"download it yourself (pip download --no-deps --only-binary=:all: -d DIR {name}=={version}, "
-                 "for the Python the image runs) and pass it with --from-wheel DIR/<file>.whl",
+def _release_set(name: str, version: str) -> PatchSet:
+    """The shipped set for the release; a release without one is said as a build request, never as an install
+    (a wheel build has no environment)."""
+    versions = supported_versions(name)
+    if versions and not any(Version(v) == Version(version) for v in versions):
+        nearest = nearest_version(versions, version)
+        raise UnsupportedVersionError(
+            f"t4patch wheel {name}=={version}: t4patch has patch sets for {name} {', '.join(versions)} only "
+            f"(nearest: {nearest}); expected a release with a shipped set",
+            hint=f"t4patch wheel {name}=={nearest}, or make a draft set for {version} to review: t4patch port "
+            f"{name}=={version} --from {name}=={nearest} (docs/maintaining.md)",
         )
-    return wheels[0]
+    return find_patch_set(name, version)
 
 
-def _refuse(source: Path, spec: str, problem: str) -> UsageError:
-    return UsageError(
-        f"{source.name}: expected the released {spec} wheel, found {problem}; nothing was written",
-        hint=f"use the wheel from the package index: pip download --no-deps --only-binary=:all: {spec}",
-    )
+def build_patched_wheel(spec: str, *, out_dir: Path, from_wheel: Path | None = None,
+                        options: tuple[str, ...] = ()) -> PatchedWheel:
+    """Make the patched wheel of ``spec`` (``ENGINE==VERSION``) in ``out_dir``; see the module docstring."""
+    name, version = exact_release(spec, option="wheel", example=WHEEL_EXAMPLE)
+    patch_set = _release_set(name, version)
+    refuse_draft(patch_set)
+    if options:
+        patch_set = patch_set.with_options(options)
+    retry = f"t4patch wheel {patch_set.spec}{''.join(' --with ' + o for o in options)} -o DIR"
+    out = output_dir(out_dir, option="-o", retry=retry)
+    check_entry(out / SUMS_NAME, option="-o", retry=retry)
+    _read_sums(out, retry)  # refuse a SHA256SUMS that is not t4patch's before anything is made
+    if from_wheel is not None and not from_wheel.is_file():
+        raise UsageError(f"--from-wheel {from_wheel}: expected a wheel file, found "
+                         f"{'a directory' if from_wheel.is_dir() else 'nothing'}",
+                         hint=f"pip download --no-deps --only-binary=:all: {patch_set.spec}")
+    source = find_release(name, version, from_wheel, role="--from-wheel")
+    role = "--from-wheel" if from_wheel is not None else "the downloaded wheel"
+    with open_release(source, Expected(name, Version(version).public, role=role, after=_AFTER)) as wheel:
+        return _build(patch_set, wheel, out, retry)
 
 
-def _read(zf: zipfile.ZipFile, info: zipfile.ZipInfo, source: Path, spec: str) -> bytes:
+def _read_sums(out: Path, retry: str) -> dict[str, str]:
+    """``SHA256SUMS`` in ``out`` as name -> digest; a file there that is not t4patch's is refused, not rewritten."""
+    path = out / SUMS_NAME
+    if not path.is_file():
+        return {}
     try:
-        return zf.read(info)
-    except (OSError, zipfile.BadZipFile, zlib.error, NotImplementedError) as exc:
-        raise _refuse(source, spec, f"a damaged member {info.filename} ({exc})") from None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"-o {out}: expected {SUMS_NAME} there to be t4patch's list of wheels, found a file that "
+                         f"cannot be read ({exc}); nothing was written", hint=retry) from None
+    lines: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = _SUMS_LINE.match(line)
+        if match is None:
+            raise UsageError(f"-o {out}: expected {SUMS_NAME} there to be t4patch's (lines of sha256, two spaces, a "
+                             f"file name), found line {number} {line[:60]!r}; it is not t4patch's, so it is not "
+                             "rewritten and nothing was written",
+                             hint=f"move {shlex.quote(str(path))} away, or {retry}")
+        lines[match["name"]] = match["digest"]
+    return lines
 
 
-@dataclass(frozen=True)
-class _Input:
-    """The released wheel, checked: its members, dist-info and RECORD."""
-
-    infos: tuple[zipfile.ZipInfo, ...]
-    dist_info: str  # "vllm-0.33.0.dist-info"
-    record_text: str
-    stamp: tuple[int, int, int, int, int, int]  # the newest member time
-
-
-def _check_input(zf: zipfile.ZipFile, source: Path, patch_set: PatchSet) -> _Input:
-    spec = patch_set.spec
-    try:
-        name, version, _build, _tags = parse_wheel_filename(source.name)
-    except InvalidWheelFilename as exc:
-        raise _refuse(source, spec, f"a file name that is not a wheel's ({exc})") from None
-    if canonicalize_name(name) != patch_set.distribution or version != Version(patch_set.version):
-        raise _refuse(source, spec, f"a wheel of {name} {version}")
-    infos = tuple(zf.infolist())
-    records = [i for i in infos if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/RECORD")]
-    if len(records) != 1:
-        raise _refuse(source, spec, f"{len(records)} top-level .dist-info/RECORD files (a wheel has one)")
-    dist_info = records[0].filename.split("/")[0]
-    if canonicalize_name(dist_info[: -len(".dist-info")].rpartition("-")[0]) != patch_set.distribution:
-        raise _refuse(source, spec, f"the metadata directory {dist_info}/")
-    for info in infos:
-        if info.flag_bits & 0x1:
-            raise _refuse(source, spec, f"an encrypted member {info.filename}")
-        if info.filename.startswith(f"{dist_info}/") and info.filename.rpartition("/")[2] in _SIGNATURES:
-            raise _refuse(source, spec, f"a signed RECORD ({info.filename}), which a patched wheel cannot keep valid")
-    try:
-        record_text = _read(zf, records[0], source, spec).decode("utf-8")
-        record = parse_record(record_text)
-        sizes = {row[0]: row[2] for row in csv.reader(io.StringIO(record_text)) if len(row) > 2}
-    except (ValueError, csv.Error) as exc:
-        raise _refuse(source, spec, f"a damaged RECORD ({type(exc).__name__}: {exc})") from None
-    present = set()
-    for info in infos:
-        if info.is_dir() or info.filename == records[0].filename:
-            continue
-        present.add(info.filename)
-        if info.filename not in record:
-            raise _refuse(source, spec, f"{info.filename}, which its RECORD does not list")
-        found = sha256_bytes(_read(zf, info, source, spec))
-        if found != record[info.filename] or sizes.get(info.filename) != str(info.file_size):
-            raise _refuse(source, spec, f"{info.filename} hashing to {found}, not to its RECORD sha256 "
-                                        f"{record[info.filename]}")
-    missing = sorted(set(record) - present - {records[0].filename})
-    if missing:
-        raise _refuse(source, spec, f"a RECORD listing {missing[0]}, which the archive does not hold")
-    for target in patch_set.targets:
-        if target.path not in record:
-            raise PatchSetError(f"{spec}: {target.path} is not in {source.name}'s RECORD",
-                                hint="the patch set is broken; check it with: t4patch validate")
-        if record[target.path] != target.pristine_sha256:
-            raise _refuse(source, spec, f"{target.path} with sha256 {record[target.path]} (the patch set pins the "
-                                        f"released {target.pristine_sha256})")
-    return _Input(infos, dist_info, record_text, max(i.date_time for i in infos))
+def _update_sums(out_dir: Path, name: str, digest: str, retry: str) -> Path:
+    """SHA256SUMS in ``out_dir``: this wheel's line added or replaced, other wheels' lines kept (a line whose
+    file is gone is dropped: ``sha256sum --check`` would fail on it), sorted."""
+    lines = {n: d for n, d in _read_sums(out_dir, retry).items() if n != name and (out_dir / n).is_file()}
+    lines[name] = digest
+    path = out_dir / SUMS_NAME
+    write_bytes_atomic(path, "".join(f"{lines[n]}  {n}\n" for n in sorted(lines)).encode())
+    return path
 
 
-def _set_version(metadata: bytes, old: str, new: str, source: Path, spec: str) -> bytes:
+def _refuse(wheel: ReleasedWheel, problem: str) -> UsageError:
+    return wheel_fault(wheel.path, wheel.expected, problem)
+
+
+def _set_version(metadata: bytes, old: str, new: str, wheel: ReleasedWheel) -> bytes:
     """METADATA with its ``Version`` header (in the header block, before the first blank line) set to ``new``."""
     head_end = metadata.find(b"\n\n")
     head = metadata if head_end < 0 else metadata[:head_end + 1]
     match = _VERSION_LINE.search(head)
     if match is None or Version(match["version"].decode("utf-8", "replace").strip()) != Version(old):
-        raise _refuse(source, spec, f"METADATA without a 'Version: {old}' header")
+        raise _refuse(wheel, f"METADATA without a 'Version: {old}' header")
     return metadata[:match.start("version")] + new.encode() + metadata[match.end("version"):]
 
 
 def _record_line(path: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    line = io.StringIO()
-    csv.writer(line, lineterminator="").writerow([path, f"sha256={digest}", str(len(data))])
-    return line.getvalue()
+    return record_line(path, hashlib.sha256(data).digest(), len(data))
 
 
 def _new_record(text: str, old_dir: str, new_dir: str, changed: dict[str, bytes], added: dict[str, bytes]) -> bytes:
@@ -251,118 +236,81 @@ def _output_name(source: Path, version: str, new_version: str) -> str:
     return "-".join([parts[0], new_version, *parts[2:]]) + ".whl"
 
 
-def _update_sums(out_dir: Path, name: str, digest: str) -> Path:
-    """SHA256SUMS in ``out_dir``: this wheel's line added or replaced, other wheels' lines kept, sorted."""
-    path = out_dir / SUMS_NAME
-    lines: dict[str, str] = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            found, _, other = line.partition("  ")
-            if other and other != name and (out_dir / other).is_file():
-                lines[other] = found
-    lines[name] = digest
-    write_bytes_atomic(path, "".join(f"{lines[n]}  {n}\n" for n in sorted(lines)).encode())
-    return path
-
-
-def build_patched_wheel(spec: str, *, out_dir: Path, from_wheel: Path | None = None,
-                        options: tuple[str, ...] = ()) -> PatchedWheel:
-    """Make the patched wheel of ``spec`` (``ENGINE==VERSION``) in ``out_dir``; see the module docstring."""
-    name, version = exact_release(spec)
-    patch_set = find_patch_set(name, version)
-    if patch_set.draft:
-        raise PatchSetError(f"{patch_set.spec} in {patch_set.directory} is a draft written by `t4patch port`: "
-                            "expected a reviewed patch set; nothing was written",
-                            hint="review it (docs/maintaining.md), delete `draft = true`, then run t4patch validate")
-    if options:
-        patch_set = patch_set.with_options(options)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"-o {out_dir}: expected a directory, found a file", hint="t4patch wheel SPEC -o DIR")
-    with tempfile.TemporaryDirectory(prefix="t4patch-wheel-") as scratch:
-        if from_wheel is None:
-            source = download_release(name, version, Path(scratch))
-        else:
-            source = from_wheel
-            if not source.is_file():
-                raise UsageError(f"--from-wheel {source}: expected a wheel file, found "
-                                 f"{'a directory' if source.is_dir() else 'nothing'}",
-                                 hint=f"pip download --no-deps --only-binary=:all: {patch_set.spec}")
-        return _build(patch_set, source, out_dir, from_wheel is not None)
-
-
-def _build(patch_set: PatchSet, source: Path, out_dir: Path, keep_source: bool) -> PatchedWheel:
+def _build(patch_set: PatchSet, wheel: ReleasedWheel, out_dir: Path, retry: str) -> PatchedWheel:
     spec = patch_set.spec
-    try:
-        zf = zipfile.ZipFile(source)
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise _refuse(source, spec, f"a file that is not a zip archive ({exc})") from None
-    with zf, source.open("rb") as raw:
-        wheel = _check_input(zf, source, patch_set)
-        proofs = tuple(prove_against_wheel(patch_set, source))
-        by_name = {i.filename: i for i in wheel.infos}
-        changed: dict[str, bytes] = {}
-        for target in patch_set.targets:
-            try:
-                data = transform_bytes(patch_set, target.path, _read(zf, by_name[target.path], source, spec), "apply")
-            except DiffMismatch as exc:
-                raise PatchSetError(f"{spec}: {exc}") from None
-            if sha256_bytes(data) != target.patched_sha256:
-                raise PatchSetError(f"{spec}: {target.path} patches to {sha256_bytes(data)}, the manifest pins "
-                                    f"{target.patched_sha256}")
-            changed[target.path] = data
-        old_dir = wheel.dist_info
-        metadata_name = f"{old_dir}/METADATA"
-        if metadata_name not in by_name:
-            raise _refuse(source, spec, f"no {metadata_name}")
-        stamp = dt.datetime(*wheel.stamp, tzinfo=dt.timezone.utc).isoformat(timespec="seconds")
-        record = record_document(patch_set, applied_at=stamp)
-        label = label_for(patch_set, record)
-        new_version = f"{patch_set.version}+{label}"
-        release_in_dir = old_dir[: -len(".dist-info")].rpartition("-")[2]
-        new_dir = f"{old_dir[: -len('.dist-info') - len(release_in_dir)]}{new_version}.dist-info"
-        changed[metadata_name] = _set_version(_read(zf, by_name[metadata_name], source, spec), patch_set.version,
-                                              new_version, source, spec)
-        state_name = f"{new_dir}/{RECORD_NAME}"
-        if f"{old_dir}/{RECORD_NAME}" in by_name:
-            raise _refuse(source, spec, f"a t4patch state record already in it ({old_dir}/{RECORD_NAME})")
-        new_record = _new_record(wheel.record_text, old_dir, new_dir, changed, {state_name: record})
-        out_name = _output_name(source, patch_set.version, new_version)
-
-        names = _output_names(wheel.infos, old_dir, new_dir, state_name)
-        fresh: dict[str, bytes] = {}
-
-        def members() -> Iterator[Member]:
-            for info in wheel.infos:
-                renamed = new_dir + info.filename[len(old_dir):] if info.filename.startswith(old_dir + "/") else None
-                if info.filename == f"{old_dir}/RECORD":
-                    fresh[state_name], fresh[f"{new_dir}/RECORD"] = record, new_record
-                    yield Member.new(state_name, record, like=None, date_time=wheel.stamp)
-                    yield Member.new(f"{new_dir}/RECORD", new_record, like=info, date_time=wheel.stamp)
-                elif info.filename in changed:
-                    fresh[renamed or info.filename] = changed[info.filename]
-                    yield Member.new(renamed or info.filename, changed[info.filename], like=info,
-                                     date_time=wheel.stamp)
-                else:
-                    yield copied(raw, info, renamed)
-
-        out_dir.mkdir(parents=True, exist_ok=True)
-        final = out_dir / out_name
-        fd, temp = tempfile.mkstemp(prefix=f".{out_name}.", suffix=".tmp", dir=out_dir)
+    old_dir = wheel.dist_info
+    signed = next((n for n in wheel.entries if n.startswith(f"{old_dir}/") and n.rpartition("/")[2] in SIGNATURES),
+                  None)
+    if signed is not None:
+        raise _refuse(wheel, f"a signed RECORD ({signed}), which a patched wheel cannot keep valid")
+    if f"{old_dir}/{RECORD_NAME}" in wheel.entries:
+        raise _refuse(wheel, f"a t4patch state record already in it ({old_dir}/{RECORD_NAME})")
+    proofs = tuple(prove_against_wheel(patch_set, wheel))
+    changed: dict[str, bytes] = {}
+    for target in patch_set.targets:
         try:
-            with os.fdopen(fd, "wb") as out:
-                write_archive(out, members())
-                out.flush()
-                os.fsync(out.fileno())
-            _verify_output(Path(temp), names, fresh)
-            os.replace(temp, final)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
-    digest = sha256_file(final)
-    sums = _update_sums(out_dir, out_name, digest)
-    # A downloaded input lives in a scratch directory that is gone when this returns: report its name only.
-    return PatchedWheel(spec, patch_set.options_on, source if keep_source else Path(source.name), sha256_file(source),
-                        label, new_version, final, digest, final.stat().st_size, sums, proofs, len(wheel.infos) + 1)
+            data = transform_bytes(patch_set, target.path, wheel.read(target.path), "apply")
+        except DiffMismatch as exc:
+            raise PatchSetError(f"{spec}: {exc}") from None
+        if sha256_bytes(data) != target.patched_sha256:
+            raise PatchSetError(f"{spec}: {target.path} patches to {sha256_bytes(data)}, the manifest pins "
+                                f"{target.patched_sha256}")
+        changed[target.path] = data
+    metadata_name = f"{old_dir}/METADATA"
+    stamp = dt.datetime(*wheel.stamp, tzinfo=dt.timezone.utc).isoformat(timespec="seconds")
+    record = record_document(patch_set, applied_at=stamp)
+    label = label_for(patch_set, record)
+    new_version = f"{patch_set.version}+{label}"
+    release_in_dir = old_dir[: -len(".dist-info")].rpartition("-")[2]
+    new_dir = f"{old_dir[: -len('.dist-info') - len(release_in_dir)]}{new_version}.dist-info"
+    changed[metadata_name] = _set_version(wheel.read(metadata_name), patch_set.version, new_version, wheel)
+    state_name = f"{new_dir}/{RECORD_NAME}"
+    new_record = _new_record(wheel.record_text, old_dir, new_dir, changed, {state_name: record})
+    out_name = _output_name(wheel.path, patch_set.version, new_version)
+    final = out_dir / out_name
+    before = check_entry(final, option="-o", retry=retry)
+
+    names = _output_names(wheel.infos, old_dir, new_dir, state_name)
+    fresh: dict[str, bytes] = {}
+
+    def members() -> Iterator[Member]:
+        for info in wheel.infos:
+            renamed = new_dir + info.filename[len(old_dir):] if info.filename.startswith(old_dir + "/") else None
+            if info.filename == f"{old_dir}/RECORD":
+                fresh[state_name], fresh[f"{new_dir}/RECORD"] = record, new_record
+                yield Member.new(state_name, record, like=None, date_time=wheel.stamp)
+                yield Member.new(f"{new_dir}/RECORD", new_record, like=info, date_time=wheel.stamp)
+            elif info.filename in changed:
+                fresh[renamed or info.filename] = changed[info.filename]
+                yield Member.new(renamed or info.filename, changed[info.filename], like=info, date_time=wheel.stamp)
+            else:
+                yield copied(wheel.raw, info, renamed)
+
+    kept = False
+    try:
+        make_output_dir(out_dir)
+        if before is None:
+            write_wheel_file(final, members(), lambda p: _verify_output(p, names, fresh))
+        else:  # a file of this name is there: keep it if it is this build's bytes, never replace someone's file
+            with tempfile.TemporaryDirectory(prefix=".t4patch-wheel-", dir=out_dir) as scratch:
+                fresh_path = Path(scratch) / out_name
+                write_wheel_file(fresh_path, members(), lambda p: _verify_output(p, names, fresh))
+                found, made = sha256_stream(final), sha256_stream(fresh_path)
+                if found != made:
+                    raise UsageError(
+                        f"-o {out_dir}: expected {out_name} there to be absent or this build's bytes (sha256 "
+                        f"{made}), found a file with sha256 {found}, which t4patch did not make from this input; "
+                        "it is kept and nothing was written",
+                        hint=f"move {shlex.quote(str(final))} away, or {retry}",
+                    )
+                kept = True
+    except OSError as exc:  # ENOSPC, EIO, a directory made read-only meanwhile: one line, nothing left behind
+        raise T4PatchError(f"-o {out_dir}: writing {out_name} failed ({exc.strerror or exc}); the directory is as "
+                           "it was", hint=f"free space or fix permissions there, then: {retry}") from None
+    digest = sha256_stream(final)
+    sums = _update_sums(out_dir, out_name, digest, retry)
+    return PatchedWheel(spec, patch_set.options_on, wheel.path, sha256_stream(wheel.path), label, new_version, final,
+                        digest, final.stat().st_size, sums, proofs, len(wheel.infos) + 1, kept)
 
 
 def _output_names(infos: tuple[zipfile.ZipInfo, ...], old_dir: str, new_dir: str, state_name: str) -> list[str]:

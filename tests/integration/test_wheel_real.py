@@ -23,10 +23,10 @@ import pytest
 from t4patch.environment.target import resolve_target
 from t4patch.errors import UsageError
 from t4patch.fileio.hashing import sha256_bytes, sha256_file
+from t4patch.fileio.wheeltools import Member, copied, write_archive
 from t4patch.patching.manifest import PatchSet
 from t4patch.patching.registry import all_patch_sets
 from t4patch.patching.wheel import PatchedWheel, build_patched_wheel
-from t4patch.patching.wheelfile import Member, copied, write_archive
 from tests.helpers import install_wheel_to, progress, wheel_path
 
 pytestmark = pytest.mark.integration

@@ -101,10 +101,11 @@ def world(tmp_path, monkeypatch):
     return tmp_path
 
 
-def port_json(cli, world: Path, new_files: dict[str, str], version: str = "2.0") -> dict:
+def port_json(cli, world: Path, new_files: dict[str, str], version: str = "2.0", code: int = 0) -> dict:
+    """The port's JSON report; ``code`` 17 (IncompletePortError) where the draft needs a hand edit."""
     make_wheel(world / "wheels", version, new_files)
     result = cli("port", f"{NAME}=={version}", "-o", str(world / "drafts"), "--json")
-    assert result.code == 0, result.err
+    assert result.code == code, result.err
     return json.loads(result.out)
 
 
@@ -157,7 +158,7 @@ def test_a_change_already_upstream_is_detected_and_its_diff_dropped(cli, world):
 
 def test_a_real_conflict_fails_the_hunk_shows_the_new_code_and_never_fuzzes(cli, world):
     conflicting = KERNEL.replace("    tile = 32\n", "    tile = 64  # NEW changed the very line\n")
-    report = port_json(cli, world, {f"{NAME}/kernel.py": conflicting, f"{NAME}/config.py": CONFIG})
+    report = port_json(cli, world, {f"{NAME}/kernel.py": conflicting, f"{NAME}/config.py": CONFIG}, code=17)
     tile = report["diffs"][0]
     assert tile["outcome"] == "failed" and tile["new_file"] is None
     hunk = tile["files"][0]["hunks"][0]
@@ -169,12 +170,12 @@ def test_a_real_conflict_fails_the_hunk_shows_the_new_code_and_never_fuzzes(cli,
 
 
 def test_a_file_missing_in_new_is_reported(cli, world):
-    report = port_json(cli, world, {f"{NAME}/config.py": CONFIG})
+    report = port_json(cli, world, {f"{NAME}/config.py": CONFIG}, code=17)
     assert report["missing_files"] == [f"{NAME}/kernel.py"]
     assert report["diffs"][0]["outcome"] == "failed"
     assert "not in" in report["diffs"][0]["files"][0]["hunks"][0]["note"]
-    text = cli("port", f"{NAME}==2.0", "-o", str(world / "drafts")).out
-    assert "MISSING in NEW" in text and "INCOMPLETE" in text
+    again = cli("port", f"{NAME}==2.0", "-o", str(world / "drafts"))
+    assert again.code == 17 and "MISSING in NEW" in again.out and "INCOMPLETE" in again.out
 
 
 def test_apply_refuses_a_draft_until_the_mark_is_removed(cli, world, monkeypatch):
@@ -218,7 +219,7 @@ def test_a_patched_file_that_does_not_compile_is_reported(cli, world):
     # every hunk lands, but the result does not parse (here NEW itself breaks a line far from the hunk): the
     # report says so and calls the draft incomplete instead of calling it ported
     broken = KERNEL.replace("x30 = 30\n", "x30 = (\n")
-    report = port_json(cli, world, {f"{NAME}/kernel.py": broken, f"{NAME}/config.py": CONFIG})
+    report = port_json(cli, world, {f"{NAME}/kernel.py": broken, f"{NAME}/config.py": CONFIG}, code=17)
     assert methods(report) == ["exact", "exact"]
     assert report["compile_errors"] and report["compile_errors"][0].startswith(f"{NAME}/kernel.py:")
     assert report["compiled"] == [f"{NAME}/config.py"] and not report["complete"]
