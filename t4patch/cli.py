@@ -54,6 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one t4patch command line; return its exit code."""
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:  # Ctrl-C before a command started (imports, parsing): one line, exit 130
+        print("t4patch: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(argv: Sequence[str] | None) -> int:
     if argv is None:  # the console script or python -m t4patch: hints name this program, so they work when pasted
         suggest.set_program(suggest.program_for(sys.argv[0], sys.executable), COMMANDS)
     try:

@@ -125,6 +125,14 @@ class IncompletePortError(T4PatchError):
     exit_code = 17
 
 
+class JournalRefusedError(TargetEnvironmentError):
+    """An intent journal found in the target fails its checks (it names another site-packages, a path that
+    resolves outside it, a file no shipped set pins, bytes of neither pinned hash, a delete of a file t4patch
+    did not create), so recovery will not act on it: nothing was changed."""
+
+    exit_code = 18
+
+
 EXIT_CODES: dict[str, int] = {
     cls.__name__: cls.exit_code
     for cls in (
@@ -144,6 +152,7 @@ EXIT_CODES: dict[str, int] = {
         ToolMissingError,
         BuildError,
         DataFileError,
+        JournalRefusedError,
         IncompletePortError,
     )
 }

@@ -31,6 +31,7 @@ from t4patch.fileio.hashing import sha256_bytes
 from t4patch.output import note
 from t4patch.patching import journal as jr
 from t4patch.patching.journal import NEW_SUFFIX, OLD_SUFFIX, Entry, Journal, Recovery
+from t4patch.patching.journal_check import check_journal
 from t4patch.patching.manifest import PatchSet
 from t4patch.patching.plan import Operation, Plan, make_plan
 from t4patch.patching.signals import Held, held_signals
@@ -108,16 +109,7 @@ class Lease:
             raise RuntimeError("the lease has ended: recovery must run while the lock is held")
         done = []
         for path in jr.journal_paths(sorted(self._roots)):
-            journal = jr.read_journal(path)
-            outside = [str(r) for r in journal.roots if r not in self._roots]
-            if outside:
-                raise TargetEnvironmentError(
-                    f"an interrupted {journal.description} ({path}) also changed {', '.join(outside)}, which this "
-                    "run does not target; nothing was changed",
-                    hint=f"finish it first with a target that includes every one of them, e.g. t4patch status "
-                    f"--python <the interpreter whose sys.path holds {', '.join(map(str, journal.roots))}>",
-                )
-            done.append(recover_journal(path))
+            done.append(recover_journal(path))  # each journal names only the site-packages it lies in
         strays = jr.sweep_strays((root, jr.JOURNAL_NAME) for root in sorted(self._roots))
         if strays:
             note(f"removed {len(strays)} temp file(s) of an intent journal a killed run was writing (it had "
@@ -143,9 +135,16 @@ def locked(roots: Sequence[Path]) -> Iterator[Lease]:
 
 
 def recover_journal(path: Path) -> Recovery:
-    """Recover the journal at ``path`` (lock held), turning a failure into a message about what is on disk."""
+    """Recover the journal at ``path`` (lock held), turning a failure into a message about what is on disk.
+
+    The journal is input: it is read, then checked against the site and the patch-set tree in use
+    (:func:`~t4patch.patching.journal_check.check_journal`) before anything is touched.
+    """
+    journal = jr.read_journal(path)
+    sets = check_journal(journal, path)
+    reinstall = " && ".join(c.distribution.reinstall_command(c.patch_set.version) for c in sets)
     try:
-        recovery = jr.recover(path)
+        recovery = jr.recover(journal, path, reinstall)
     except OSError as exc:
         raise TargetEnvironmentError(
             f"finishing the interrupted commit in {path} failed ({exc.strerror or exc}: {exc.filename}); the "
@@ -174,6 +173,18 @@ def check_writable(plans: Sequence[Plan]) -> None:
             )
 
 
+def check_record_dir(dist: InstalledDistribution) -> None:
+    """Refuse a dist-info that resolves outside the site-packages (a directory symlink), as a target directory
+    is refused: the state record written there would land outside the target."""
+    if not jr.resolves_inside(dist.dist_info, dist.root):
+        raise TargetEnvironmentError(
+            f"{dist.dist_info} lies outside the target: it resolves to {os.path.realpath(dist.dist_info)}, which "
+            f"is not under {os.path.realpath(dist.root)} (a directory symlink); t4patch writes its state record "
+            "only inside the target, so nothing was written",
+            hint=f"replace the symlinked directory with the real one ({dist.reinstall_command()})",
+        )
+
+
 def _refuse_non_file(path: Path, what: str) -> None:
     if os.path.lexists(path) and not path.is_symlink() and not path.is_file():
         raise TargetEnvironmentError(
@@ -193,7 +204,7 @@ def _entries(plans: Sequence[Plan], token: str) -> tuple[list[Entry], dict[Path,
             entries.append(Entry(
                 path, change.status.sha256, sha256_bytes(change.new_bytes),
                 jr.stand_in(path, token, NEW_SUFFIX), jr.stand_in(path, token, OLD_SUFFIX),
-                bytecode=path.suffix == ".py",
+                bytecode=path.suffix == ".py", patch_set=plan.patch_set.spec,
             ))
             data[path] = change.new_bytes
     for plan in plans:
@@ -207,9 +218,11 @@ def _entries(plans: Sequence[Plan], token: str) -> tuple[list[Entry], dict[Path,
             new = record_bytes(plan.patch_set)
             data[path] = new
             entries.append(Entry(path, old_sha, sha256_bytes(new), jr.stand_in(path, token, NEW_SUFFIX),
-                                 jr.stand_in(path, token, OLD_SUFFIX) if old else None, soft=True))
+                                 jr.stand_in(path, token, OLD_SUFFIX) if old else None, soft=True,
+                                 patch_set=plan.patch_set.spec))
         elif old:
-            entries.append(Entry(path, old_sha, None, None, jr.stand_in(path, token, OLD_SUFFIX), soft=True))
+            entries.append(Entry(path, old_sha, None, None, jr.stand_in(path, token, OLD_SUFFIX), soft=True,
+                                 patch_set=plan.patch_set.spec))
     return entries, data
 
 
@@ -257,6 +270,7 @@ def commit(lease: Lease, plans: Sequence[Plan]) -> list[Path]:
     for plan in plans:
         if not lease.vouches_for(plan):
             raise RuntimeError(f"{plan.patch_set.spec}: plan was not made under this lease; refusing to write it")
+        check_record_dir(plan.distribution)
     strays = jr.sweep_strays(
         [(c.status.absolute.parent, c.status.absolute.name) for p in plans for c in p.changes]
         + [(s.absolute.parent, s.absolute.name) for p in plans for s in p.statuses]
@@ -371,7 +385,7 @@ def _clean_up(journal: Journal) -> None:
     """After the last rename: the set is in place; drop stale bytecode, the kept old bytes and the journal."""
     for entry in journal.entries:
         if entry.bytecode:
-            jr.remove_bytecode(entry.path)
+            jr.remove_bytecode(entry.path, journal.owner(entry))
     try:
         jr.discard_stand_ins(journal)
         journal.remove()

@@ -9,13 +9,17 @@ under the lock belongs to a run that died (the lock dies with its holder), and :
 run's set (every new file is still staged) or puts every old file back (every old file is still linked):
 it finishes once any file has its new bytes (the run had started renaming) and undoes otherwise. Both directions are renames only, so they need no free space.
 
-A journal is data found on disk, so it is checked before it is trusted: every path it names must lie inside
-the site-packages directory it was found in, and every temp name must be a sibling of its target with
-t4patch's suffix; anything else is refused and nothing is touched.
+A journal is data found on disk, so it is input, not a command. Each site-packages a commit touches gets its
+own journal naming that directory alone and the entries inside it. :func:`read_journal` checks the form: one
+root, the directory it was found in; every path textually inside it; every temp name a sibling of its target
+with t4patch's token and suffix. :mod:`t4patch.patching.journal_check` then checks it against the site and the
+patch-set tree (symlinks resolved, pinned targets and hashes, the state record's content). Anything else is
+refused (:class:`~t4patch.errors.JournalRefusedError`) and nothing is touched.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from t4patch.errors import TargetEnvironmentError
+from t4patch.errors import JournalRefusedError, TargetEnvironmentError
 from t4patch.fileio.atomic import TEMP_SUFFIX, fsync_dir, write_bytes_atomic
 from t4patch.fileio.hashing import sha256_file
 
@@ -53,6 +57,7 @@ class Entry:
     kept: Path | None  # a hard link to the old bytes (None when the target did not exist)
     soft: bool = False  # the state record: informational, never blocks a recovery
     bytecode: bool = False  # a Python module whose __pycache__ must go once the set is in place
+    patch_set: str | None = None  # the spec of the set this file belongs to (None in journals before issue 22)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,6 +68,7 @@ class Entry:
             "kept": str(self.kept) if self.kept else None,
             "soft": self.soft,
             "bytecode": self.bytecode,
+            "patch_set": self.patch_set,
         }
 
 
@@ -107,18 +113,31 @@ class Journal:
     def description(self) -> str:
         return f"{self.operation} of {', '.join(self.patch_sets)} (pid {self.pid}, started {self.started_at})"
 
+    def owner(self, entry: Entry) -> Path:
+        """The root ``entry`` lies in (the deepest, should one root hold another)."""
+        return max((r for r in self.roots if entry.path.is_relative_to(r)), key=lambda r: len(r.parts))
+
+    def part(self, root: Path) -> Journal:
+        """The journal written into ``root``: that root alone, its entries and the sets they belong to."""
+        entries = tuple(e for e in self.entries if self.owner(e) == root)
+        specs = {e.patch_set for e in entries}
+        sets = tuple(s for s in self.patch_sets if s in specs) if None not in specs else self.patch_sets
+        return Journal(self.token, self.operation, sets, (root,), entries, self.started_at, self.pid)
+
     def write(self) -> None:
-        """Write (atomically, fsynced) one copy into every root; on failure remove the copies written."""
-        data = (json.dumps(self.to_json(), indent=2) + "\n").encode("utf-8")
-        written: list[Path] = []
+        """Write (atomically, fsynced) each root's own part into it; on any failure remove every copy again.
+
+        The caller holds the lock and has recovered every earlier journal, so none was there before: one
+        found at a root's name after a failure (its directory fsync failed after the rename) is this run's.
+        """
         try:
             for root in self.roots:
-                path = root / JOURNAL_NAME
-                write_bytes_atomic(path, data)
-                written.append(path)
+                data = (json.dumps(self.part(root).to_json(), indent=2) + "\n").encode("utf-8")
+                write_bytes_atomic(root / JOURNAL_NAME, data)
         except BaseException:
-            for path in written:
-                path.unlink(missing_ok=True)
+            for root in self.roots:
+                with contextlib.suppress(OSError):
+                    (root / JOURNAL_NAME).unlink(missing_ok=True)
             raise
 
     def remove(self) -> None:
@@ -147,30 +166,52 @@ def journal_paths(roots: Iterable[Path]) -> list[Path]:
     return found
 
 
-def _bad(path: Path, problem: str) -> TargetEnvironmentError:
-    return TargetEnvironmentError(
-        f"{path}: expected an intent journal written by t4patch, found {problem}; nothing was changed",
-        hint=f"look at the file; if no t4patch run is active, move it away and run: t4patch status "
-        f"--site-packages {shlex.quote(str(path.parent))}",
+def way_out(path: Path) -> str:
+    """The pasteable way past a journal recovery will not act on: move it out of the site, then look."""
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return (f"if no t4patch run is active, move it out of the site-packages and see what is installed: mv "
+            f"{shlex.quote(str(path))} ~/t4patch-refused-journal-{stamp}.json && t4patch status "
+            f"--site-packages {shlex.quote(str(path.parent))}")
+
+
+def refuse(path: Path, problem: str) -> JournalRefusedError:
+    """The one-line refusal of the journal at ``path``: what is wrong, that nothing changed, the way out."""
+    return JournalRefusedError(
+        f"{path}: expected an intent journal written by t4patch for this site-packages, found {problem}; "
+        "recovery acts only on pinned files of a shipped set inside the site-packages the journal is in, so "
+        "nothing was changed",
+        hint=way_out(path),
     )
 
 
-def _inside(path: Path, roots: Sequence[Path]) -> bool:
-    return any(path.is_relative_to(root) for root in roots)
+
+
+def _absolute_inside(path: Path, root: Path) -> bool:
+    return path.is_absolute() and ".." not in path.parts and path.is_relative_to(root)
+
+
+def _rebase(path: Path | None, root: Path, here: Path) -> Path | None:
+    return None if path is None else here / path.relative_to(root)
 
 
 def read_journal(path: Path) -> Journal:
-    """Parse and check the journal at ``path`` (found in the site-packages ``path.parent``)."""
+    """Parse the journal at ``path`` and check its form; its paths come back based on ``path.parent``.
+
+    A journal names one root, the site-packages it was found in (the same directory, however spelled: a
+    ``lib64`` link to ``lib``); every path lies textually inside that root and every stand-in is t4patch's
+    name for its target. What the paths resolve to and which files they are is
+    :func:`t4patch.patching.journal_check.check_journal`'s to say.
+    """
     if path.is_symlink() or not path.is_file():
-        raise _bad(path, "something that is not a regular file")
+        raise refuse(path, "something that is not a regular file")
     try:
         raw = json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, ValueError) as exc:
-        raise _bad(path, f"unreadable content ({exc})") from None
+        raise refuse(path, f"unreadable content ({exc})") from None
     if not isinstance(raw, dict) or raw.get("schema") != JOURNAL_SCHEMA:
-        raise _bad(path, f"a document without schema {JOURNAL_SCHEMA}")
+        raise refuse(path, f"a document without schema {JOURNAL_SCHEMA}")
     try:
-        roots = tuple(Path(r) for r in raw["roots"])
+        roots = tuple(Path(str(r)) for r in raw["roots"])
         token = str(raw["token"])
         entries = []
         for e in raw["entries"]:
@@ -178,26 +219,36 @@ def read_journal(path: Path) -> Journal:
                 Path(e["path"]), e["old_sha256"], e["new_sha256"],
                 Path(e["staged"]) if e["staged"] else None, Path(e["kept"]) if e["kept"] else None,
                 bool(e.get("soft", False)), bool(e.get("bytecode", False)),
+                str(e["patch_set"]) if e.get("patch_set") is not None else None,
             ))
         journal = Journal(token, str(raw["operation"]), tuple(str(p) for p in raw["patch_sets"]), roots,
                           tuple(entries), str(raw["started_at"]), int(raw["pid"]))
     except (KeyError, TypeError, ValueError) as exc:
-        raise _bad(path, f"a malformed document ({type(exc).__name__}: {exc})") from None
+        raise refuse(path, f"a malformed document ({type(exc).__name__}: {exc})") from None
     here = path.parent
     if not re.fullmatch(r"[0-9a-f]{16}", token):
-        raise _bad(path, f"a malformed token {token!r}")
-    if here not in roots or not all(r.is_absolute() for r in roots):
-        raise _bad(path, f"a journal for other directories ({[str(r) for r in roots]})")
+        raise refuse(path, f"a malformed token {token!r}")
+    if len(roots) != 1:
+        raise refuse(path, f"a journal naming {len(roots)} site-packages ({', '.join(map(str, roots)) or 'none'}); "
+                   "each journal names the one it was found in")
+    root = roots[0]
+    if not root.is_absolute() or os.path.realpath(root) != os.path.realpath(here):
+        raise refuse(path, f"a journal for another directory ({root}, not the {here} it was found in)")
+    rebased = []
     for entry in journal.entries:
         for candidate, suffix in ((entry.staged, NEW_SUFFIX), (entry.kept, OLD_SUFFIX)):
             if candidate is not None and candidate != stand_in(entry.path, token, suffix):
-                raise _bad(path, f"a stand-in {candidate} that is not t4patch's for {entry.path}")
-        if ".." in entry.path.parts or not entry.path.is_absolute() or not _inside(entry.path, roots):
-            raise _bad(path, f"a path outside its site-packages ({entry.path})")
+                raise refuse(path, f"a stand-in {candidate} that is not t4patch's for {entry.path}")
+        if not _absolute_inside(entry.path, root) or entry.path == root:
+            raise refuse(path, f"a path outside its site-packages ({entry.path})")
         for digest in (entry.old_sha256, entry.new_sha256):
             if digest is not None and not re.fullmatch(r"[0-9a-f]{64}", str(digest)):
-                raise _bad(path, f"a malformed sha256 {digest!r}")
-    return journal
+                raise refuse(path, f"a malformed sha256 {digest!r}")
+        rebased.append(Entry(here / entry.path.relative_to(root), entry.old_sha256, entry.new_sha256,
+                             _rebase(entry.staged, root, here), _rebase(entry.kept, root, here), entry.soft,
+                             entry.bytecode, entry.patch_set))
+    return Journal(token, journal.operation, journal.patch_sets, (here,), tuple(rebased), journal.started_at,
+                   journal.pid)
 
 
 def _digest(path: Path) -> str | None:
@@ -239,16 +290,27 @@ def can_undo(entry: Entry) -> bool:
     )
 
 
-def remove_bytecode(source: Path) -> list[Path]:
+def resolves_inside(path: Path, root: Path) -> bool:
+    """Whether ``path``, every symlink on the way and at its end followed, lies inside ``root`` (resolved)."""
+    try:
+        return Path(os.path.realpath(path, strict=False)).is_relative_to(os.path.realpath(root))
+    except (OSError, ValueError):
+        return False
+
+
+def remove_bytecode(source: Path, root: Path) -> list[Path]:
     """Delete cached bytecode of ``source`` (``__pycache__/<stem>.*.pyc`` and a legacy ``<name>c``).
 
     Bytecode is a cache: one that cannot be removed (a directory in its place, a read-only mount) is left and
-    never fails the command; Python checks a ``.pyc`` against its source's size and mtime anyway.
+    never fails the command; Python checks a ``.pyc`` against its source's size and mtime anyway. A
+    ``__pycache__`` that is a symlink leading out of the site-packages ``root`` is left alone: nothing outside
+    the target is ever deleted.
     """
     removed: list[Path] = []
     if source.suffix != ".py":
         return removed
-    candidates = list((source.parent / "__pycache__").glob(f"{source.stem}.*.pyc"))
+    cache = source.parent / "__pycache__"
+    candidates = list(cache.glob(f"{source.stem}.*.pyc")) if resolves_inside(cache, root) else []
     candidates.append(source.with_suffix(".pyc"))
     for pyc in candidates:
         try:
@@ -278,7 +340,7 @@ def finish(journal: Journal) -> None:
         fsync_dir(directory)
     for entry in journal.entries:
         if entry.bytecode:
-            remove_bytecode(entry.path)
+            remove_bytecode(entry.path, journal.owner(entry))
     discard_stand_ins(journal)
     journal.remove()
 
@@ -291,7 +353,8 @@ def undo(journal: Journal) -> None:
             continue
         if entry.old_sha256 is None:
             entry.path.unlink(missing_ok=True)
-        elif entry.kept is not None and _present(entry.kept):
+        elif entry.kept is not None and _present(entry.kept) and (
+                not entry.soft or _digest(entry.kept) == entry.old_sha256):  # a record only as it was kept
             os.replace(entry.kept, entry.path)
         elif not entry.soft:
             raise RuntimeError(f"{entry.path}: cannot be undone (checked by can_undo)")
@@ -333,9 +396,12 @@ class Recovery:
         return f"found an interrupted {self.description} ({self.journal}); {what}"
 
 
-def recover(path: Path) -> Recovery:
-    """Finish or undo the dead run's set in the journal at ``path``. The caller holds the lock on its roots."""
-    journal = read_journal(path)
+def recover(journal: Journal, path: Path, reinstall: str) -> Recovery:
+    """Finish or undo the dead run's set in ``journal`` (read from ``path`` and checked by
+    :func:`t4patch.patching.journal_check.check_journal`). The caller holds the lock on its root.
+
+    ``reinstall`` is the command that puts the released files back, for the refusal when neither is possible.
+    """
     hard = [e for e in journal.entries if not e.soft]
     changed_forward = sum(1 for e in hard if not _holds(e.path, e.new_sha256))
     changed_back = sum(1 for e in hard if not _holds(e.path, e.old_sha256))
@@ -352,13 +418,34 @@ def recover(path: Path) -> Recovery:
     if finishable:
         finish(journal)
         return Recovery(path, journal.description, "finished", changed_forward)
-    stuck = [str(e.path) for e in hard if not (can_finish(e) or can_undo(e))]
+    hint = (f"put the released files back ({reinstall}), then run: t4patch status --site-packages "
+            f"{shlex.quote(str(path.parent))} (it finishes the journal)")
+    stuck = [e for e in hard if not (can_finish(e) or can_undo(e))]
+    if stuck:
+        raise TargetEnvironmentError(
+            f"an interrupted {journal.description} left {path}, but "
+            + ", ".join(f"{e.path} ({_found(e.path)})" for e in stuck)
+            + " match neither the old nor the new sha256 it names and no stand-in of them holds either (changed "
+            "since that run died); nothing was changed",
+            hint=hint,
+        )
+    # Every file is whole, but the set is mixed and the stand-ins one direction needs are gone.
+    new = [e for e in hard if _holds(e.path, e.new_sha256)]
+    old = [e for e in hard if e not in new]
+    no_staged = [str(e.staged) for e in old if not can_finish(e)]
+    no_kept = [str(e.kept) for e in new if not can_undo(e)]
     raise TargetEnvironmentError(
-        f"an interrupted {journal.description} left {path}, but {', '.join(stuck)} match neither its old nor its "
-        f"new sha256 and no stand-in is left to restore them; nothing was changed",
-        hint="reinstall the engine (pip install --force-reinstall --no-deps <engine>==<version>), then run "
-        "t4patch status again",
+        f"an interrupted {journal.description} left {path} with the set mixed ({len(new)} file(s) with the new "
+        f"bytes, {len(old)} with the previous), and the temp files it needs are missing: the staged new bytes "
+        f"{', '.join(no_staged)} (to finish) and the kept previous bytes {', '.join(no_kept)} (to undo); no file "
+        "is foreign, but the set can be neither finished nor undone, so nothing was changed",
+        hint=hint,
     )
+
+
+def _found(path: Path) -> str:
+    digest = _digest(path)
+    return "missing" if digest is None else digest if len(digest) == 64 else digest.replace("-", " ")
 
 
 def sweep_strays(directories: Iterable[tuple[Path, str]]) -> list[Path]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from t4patch.environment.target import TargetEnvironment, resolve_target
-from t4patch.errors import TargetEnvironmentError, UsageError
+from t4patch.errors import JournalRefusedError, TargetEnvironmentError, UsageError
 from t4patch.patching import journal as jr
 from t4patch.patching.execute import commit, locked
 from t4patch.patching.journal import Recovery
@@ -123,32 +123,27 @@ def run(specs: Sequence[str], target: TargetEnvironment, operation: Operation, *
 def recover_target(target: TargetEnvironment) -> list[Recovery]:
     """Finish or undo any set a killed t4patch run left half committed anywhere in ``target``; say so.
 
-    Cheap when there is nothing to do (one stat per search-path directory). Each journal found is handled
-    under the lock of every site-packages it names, so a run still in progress is waited for, not disturbed.
+    Cheap when there is nothing to do (one stat per search-path directory). Each journal names only the
+    site-packages it lies in and is read and checked only under that directory's lock, so a run still in
+    progress is waited for, not disturbed, and a journal that fails its checks is refused before anything is
+    touched (:mod:`t4patch.patching.journal_check`).
     """
     done: list[Recovery] = []
     for path in jr.journal_paths(target.search_path):
-        root = path.parent
         description = "commit"
         with contextlib.suppress(TargetEnvironmentError):  # read early only to name it in a refusal
             description = jr.read_journal(path).description
         try:
             # A journal seen without the lock may belong to a live run: wait for that run's lock, look again.
-            with locked([root]) as lease:
-                if not os.path.lexists(path):
-                    continue  # it was live and has finished
-                journal = jr.read_journal(path)
-                description = journal.description
-                if set(journal.roots) <= {root}:
+            with locked([path.parent]) as lease:
+                if os.path.lexists(path):  # else it was live and has finished
                     done.extend(lease.recover())
-                    continue
-            with locked(sorted({*journal.roots, root})) as lease:  # it spans more site-packages: lock them all
-                if os.path.lexists(path):
-                    done.extend(lease.recover())
+        except JournalRefusedError:
+            raise  # its line already names the journal and the way out
         except TargetEnvironmentError as exc:
-            if not os.path.lexists(path):
-                raise
-            raise TargetEnvironmentError(
+            if not os.path.lexists(path) or str(path) in exc.message:
+                raise  # gone meanwhile, or the line names the journal already
+            raise type(exc)(
                 f"an interrupted {description} left {path}; finishing it first failed: {exc.message}",
                 hint=exc.hint or "run this command as the owner of that environment",
             ) from None

@@ -32,17 +32,16 @@ def patch_set_dirs(root: Path | None = None) -> list[Path]:
         base = root or data_dir("patches")
         if base.is_dir() and not os.access(base, os.R_OK | os.X_OK):  # glob would quietly find nothing
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(base))
-        found = [
-            m.parent
-            for m in base.glob(f"*/*/{MANIFEST_NAME}")
-            if m.parent.parent.name not in NON_ENGINE_DIRS
-        ]
+        manifests = _manifests(base)
     except OSError as exc:  # e.g. T4PATCH_PATCHES names a directory this user may not read
         raise PatchSetError(
             f"cannot read the patch-set tree {exc.filename} ({exc.strerror or exc}); expected a readable "
             "patches/<distribution>/<version>/ tree",
             hint="fix its permissions, or point --patches / T4PATCH_PATCHES at a readable copy",
         ) from None
+    for manifest in manifests:
+        _check_manifest_file(manifest)
+    found = [m.parent for m in manifests]
     for directory in found:
         if not _is_version(directory.name):
             raise PatchSetError(
@@ -51,6 +50,42 @@ def patch_set_dirs(root: Path | None = None) -> list[Path]:
                 hint=f"rename or remove {directory}, then check it with: t4patch validate",
             )
     return sorted(found, key=lambda d: (d.parent.name, Version(d.name)))
+
+
+def _manifests(base: Path) -> list[Path]:
+    """``<base>/<distribution>/<version>/manifest.toml`` wherever a name is there at all: a glob would follow
+    a manifest that is a dangling symlink to nothing and drop that release's set without a word."""
+    if not base.is_dir():
+        return []
+    found = []
+    for dist_dir in sorted(base.iterdir()):
+        if dist_dir.name in NON_ENGINE_DIRS or not dist_dir.is_dir():
+            continue
+        for version_dir in sorted(dist_dir.iterdir()):
+            if not version_dir.is_dir():
+                continue
+            manifest = version_dir / MANIFEST_NAME
+            try:
+                os.lstat(manifest)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # no manifest: not a patch-set directory
+            found.append(manifest)
+    return found
+
+
+def _check_manifest_file(manifest: Path) -> None:
+    """A manifest that is named but cannot be read is a data error naming the file, never a missing release."""
+    problem = None
+    if manifest.is_symlink() and not manifest.exists():
+        problem = f"a symlink to {os.readlink(manifest)}, which does not exist"
+    elif manifest.is_file() and not os.access(manifest, os.R_OK):
+        problem = "a file this user may not read"
+    if problem:
+        raise PatchSetError(
+            f"{manifest}: expected a readable patch-set manifest, found {problem}; the patch set for "
+            f"{manifest.parent.parent.name} {manifest.parent.name} cannot be loaded",
+            hint=f"restore or remove {manifest.parent}, then check the tree with: t4patch validate",
+        )
 
 
 def _is_version(text: str) -> bool:
@@ -74,6 +109,13 @@ def engines(root: Path | None = None) -> list[str]:
 def supported_versions(distribution: str, root: Path | None = None) -> list[str]:
     name = canonicalize_name(distribution)
     return [d.name for d in patch_set_dirs(root) if canonicalize_name(d.parent.name) == name]
+
+
+def newest_supported(distribution: str, root: Path | None = None) -> str | None:
+    """The newest version of ``distribution`` that has a shipped patch set, or None (the one home of "the
+    newest shipped version": examples in help texts, install hints, the default companion set)."""
+    versions = supported_versions(distribution, root)
+    return versions[-1] if versions else None
 
 
 def find_patch_set(distribution: str, version: str, root: Path | None = None) -> PatchSet:

@@ -84,5 +84,40 @@ def read_record(dist: InstalledDistribution) -> StateRecord | None:
     )
 
 
+RECORD_KEYS = frozenset({"schema", "patch_set", "applied_at", "t4patch_version", "options", "patches", "files"})
+RECORD_MAX_BYTES = 1 << 20  # a record lists a set's files: kilobytes; anything far larger is not one
+
+
+def record_problem(data: bytes, spec: str) -> str | None:
+    """Why ``data`` is not a state record t4patch writes for the patch set ``spec`` (None: it is one).
+
+    Recovery renames a staged record into place or deletes one only when this says it is t4patch's own
+    (:func:`record_document`'s exact shape), so a planted journal cannot use the record's name to install or
+    remove anything else."""
+    if len(data) > RECORD_MAX_BYTES:
+        return f"{len(data)} bytes, more than a state record ever holds"
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except ValueError as exc:
+        return f"not UTF-8 JSON ({exc})"
+    if not isinstance(doc, dict) or set(doc) != RECORD_KEYS:
+        found = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
+        return f"not a state record (expected the keys {sorted(RECORD_KEYS)}, found {found})"
+    if doc["schema"] != RECORD_SCHEMA or doc["patch_set"] != spec:
+        return f"a state record of {doc['patch_set']!r} schema {doc['schema']!r}, not of {spec} schema {RECORD_SCHEMA}"
+    strings = [doc["applied_at"], doc["t4patch_version"], *_listed(doc["options"]), *_listed(doc["patches"])]
+    files = doc["files"] if isinstance(doc["files"], list) else [None]
+    if not all(isinstance(v, str) for v in strings) or not all(
+        isinstance(f, dict) and set(f) == {"path", "pristine_sha256", "patched_sha256"}
+        and all(isinstance(v, str) for v in f.values()) for f in files
+    ):
+        return "a state record with fields of the wrong type"
+    return None
+
+
+def _listed(value: object) -> list[object]:
+    return list(value) if isinstance(value, list) else [None]
+
+
 def remove_record(dist: InstalledDistribution) -> None:
     record_path(dist).unlink(missing_ok=True)
