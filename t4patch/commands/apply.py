@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from t4patch.cli_options import add_json_option, add_target_options
-from t4patch.engines import example_name, example_spec
+from t4patch.commands.engine_table import example_name, example_spec
 from t4patch.engines.requirements import companion_problems
 from t4patch.environment.target import resolve_target
 from t4patch.output import emit_json, say, warn

@@ -8,7 +8,7 @@ import shlex
 from packaging.utils import canonicalize_name
 
 from t4patch.cli_options import add_json_option, add_target_options
-from t4patch.engines import example_name, example_spec
+from t4patch.commands.engine_table import example_name, example_spec
 from t4patch.environment import suggest
 from t4patch.environment.target import TargetEnvironment, resolve_target
 from t4patch.errors import NotInstalledError

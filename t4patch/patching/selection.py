@@ -11,7 +11,6 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from t4patch.engines import example_spec
 from t4patch.environment import suggest
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment
 from t4patch.errors import (
@@ -24,7 +23,7 @@ from t4patch.patching.drafts import refuse_draft
 from t4patch.patching.manifest import PatchSet
 from t4patch.patching.options import planned_set
 from t4patch.patching.plan import Operation
-from t4patch.patching.registry import engines, find_patch_set, supported_versions
+from t4patch.patching.registry import engines, find_patch_set, newest_supported
 
 
 @dataclass(frozen=True)
@@ -41,6 +40,14 @@ class Selection:
 
 
 MAX_SPEC_CHARS = 200  # a name and a version; a 10,000-digit "version" is not a spec
+
+
+def example_spec() -> str:
+    """A real pinned spec for this module's help wording: the first distribution with a shipped patch set, at
+    its newest version (from the patch-set tree: this module never reads the engine table)."""
+    names = engines()
+    newest = newest_supported(names[0]) if names else None
+    return f"{names[0]}=={newest}" if newest else "NAME==VERSION"
 
 
 def parse_spec(spec: str) -> Requirement:
@@ -64,8 +71,8 @@ def parse_spec(spec: str) -> Requirement:
 
 def _install_hint(name: str, target: TargetEnvironment) -> str:
     """Look there, retarget, or install the engine as its docs say (never a pip install of its dependencies)."""
-    versions = supported_versions(name)
-    return suggest.not_installed(name, target, f"{name}=={versions[-1]}" if versions else None)
+    newest = newest_supported(name)
+    return suggest.not_installed(name, target, f"{name}=={newest}" if newest else None)
 
 
 def select(spec: str, target: TargetEnvironment) -> Selection:
