@@ -87,6 +87,9 @@ CROSS_CUTTING: dict[str, str] = {
     "test_environments_and_concurrency.py": "targeting another interpreter, concurrent runs, light command imports",
     "test_pasted_hints.py": "the advice of every command, run through a real shell (issue 23.3)",
     "test_engine_names.py": "a rule over every generic module of the package (no engine names)",
+    "test_import_layers.py": "a rule over every import of the package (layers, cycles, the engine table's readers)",
+    "test_engine_registration.py": "a synthetic third engine through every engine hook (doctor, verify marlin, "
+                                   "verify attention): the contract as a whole",
     "test_docs_commands.py": "the commands in README and docs/ against the real parser",
     "test_readme.py": "README's tables against the code",
     "test_suite_layout.py": "the shape of the test suite itself",
