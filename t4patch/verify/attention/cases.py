@@ -9,6 +9,7 @@ turn a misfit into a pass, which is exactly what this command exists to prevent.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,10 @@ from t4patch.cuda.arch import load_archs as load_archs
 from t4patch.cuda.arch import parse_arch
 from t4patch.data.locations import data_dir
 from t4patch.data.reader import DataKind, Int, ListOf, MapOf, Str, Table, optional, read
-from t4patch.engines import attention_driver_names
 from t4patch.errors import DataFileError, T4PatchError
 
 SCHEMA_VERSION = 1
 CASES_FILE = "attention-cases.toml"
-DRIVERS = attention_driver_names()  # from the engine table
 PHASES = ("prefill", "decode")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _DTYPES = ("float16", "bfloat16", "float32")
@@ -99,6 +98,9 @@ class EngineCases:
     cases: tuple[Case, ...]
     settings: dict[str, int]  # driver-specific integers (max_num_seqs, max_kv_splits)
     triton_by_version: dict[str, str] = field(default_factory=dict)  # releases whose torch pins another Triton
+    # the driver's "module:Class" from the engine table the caller handed to load_cases (None: not given);
+    # the worker imports it in the target's interpreter
+    driver_class: str | None = None
 
     def for_version(self, version: str) -> EngineCases:
         """These cases for one installed release: ``triton_series`` becomes the series that release's torch pins."""
@@ -106,9 +108,27 @@ class EngineCases:
 
 
 @dataclass(frozen=True)
+class Compiler:
+    """The compiler every case is compiled with, and how its t4patch set is switched back to stock.
+
+    ``stock_env``: environment variables under which a compiler with t4patch's set applied compiles exactly as
+    the stock release does (the set's own off switch); verify attention compiles each launch a second time with
+    them, so the report shows stock and patched side by side from one installed compiler.
+    """
+
+    distribution: str
+    stock_env: dict[str, str]
+    mma_archs: tuple[str, ...] = ()  # where the set puts fp16 dots on tensor cores ("sm_75")
+
+    def to_json(self) -> dict[str, object]:
+        return {"distribution": self.distribution, "stock_env": dict(self.stock_env), "mma_archs": list(self.mma_archs)}
+
+
+@dataclass(frozen=True)
 class CaseTable:
     model: Model
     engines: tuple[EngineCases, ...]
+    compiler: Compiler | None = None
 
     def engine(self, key: str) -> EngineCases | None:
         for engine in self.engines:
@@ -126,6 +146,16 @@ CASE_TABLE = DataKind(
 CASES_SCHEMA = Table(
     {
         "schema": Int(),
+        # the compiler (Triton) and the environment that switches its t4patch set off (see Compiler)
+        "compiler": optional(
+            Table(
+                {
+                    "distribution": Str(),
+                    "stock_env": MapOf(Str(), nonempty=True),
+                    "mma_archs": ListOf(Str(), nonempty=True),
+                }
+            )
+        ),
         "model": Table(
             {"name": Str(), "num_query_heads": Int(), "num_kv_heads": Int(), "dtype": Str(), "kv_block_size": Int()}
         ),
@@ -186,13 +216,32 @@ def resolve_arch(text: str, archs: dict[str, Arch] | None = None) -> Arch:
     return parse_arch(text, archs=archs)
 
 
-def load_cases(path: Path | None = None) -> CaseTable:
-    """The case table of ``attention-cases.toml``, validated."""
+def load_cases(path: Path | None = None, drivers: Mapping[str, str] | None = None) -> CaseTable:
+    """The case table of ``attention-cases.toml``, validated.
+
+    ``drivers``: the engines' drivers (name -> "module:Class", ``EngineTable.attention_drivers()``, handed in
+    by the command); each engine entry must name one of them, and carries its class for the worker. Without
+    it the names are checked for form only, and the table can be read but not run.
+    """
     path = path or data_dir("cases") / CASES_FILE
     data = read(path, CASES_SCHEMA, CASE_TABLE, version=SCHEMA_VERSION)
     model = _load_model(data, path)
-    engines = tuple(_load_engine(key, entry, model, path) for key, entry in data["engine"].items())
-    return CaseTable(model=model, engines=engines)
+    engines = tuple(_load_engine(key, entry, model, path, drivers) for key, entry in data["engine"].items())
+    return CaseTable(model=model, engines=engines, compiler=_load_compiler(data, path))
+
+
+def _load_compiler(data: dict[str, Any], path: Path) -> Compiler | None:
+    table = data.get("compiler")
+    if table is None:
+        return None
+    for name in table["stock_env"]:
+        if not re.match(r"^[A-Z][A-Z0-9_]*$", name):
+            raise _fail(path, f"compiler.stock_env: expected environment variable names like T4PATCH_X, found {name!r}")
+    for arch in table["mma_archs"]:
+        if not re.match(r"^sm_\d+$", arch):
+            raise _fail(path, f"compiler.mma_archs: expected architecture names like \"sm_75\", found {arch!r}")
+    return Compiler(distribution=table["distribution"], stock_env=dict(table["stock_env"]),
+                    mma_archs=tuple(table["mma_archs"]))
 
 
 def _load_model(data: dict[str, Any], path: Path) -> Model:
@@ -230,11 +279,15 @@ def _load_model(data: dict[str, Any], path: Path) -> Model:
     )
 
 
-def _load_engine(key: str, entry: dict[str, Any], model: Model, path: Path) -> EngineCases:
+def _load_engine(
+    key: str, entry: dict[str, Any], model: Model, path: Path, drivers: Mapping[str, str] | None
+) -> EngineCases:
     where = f"engine.{key}"
     driver = entry["driver"]
-    if driver not in DRIVERS:
-        raise _fail(path, f"{where}.driver: expected one of {', '.join(DRIVERS)}, found {driver!r}")
+    if drivers is not None and driver not in drivers:
+        raise _fail(path, f"{where}.driver: expected one of {', '.join(drivers)}, found {driver!r}")
+    if not _NAME.match(driver):
+        raise _fail(path, f"{where}.driver: expected a lowercase driver name, found {driver!r}")
     series = entry["triton"]
     if not re.match(r"^\d+\.\d+$", series):
         raise _fail(path, f"{where}.triton: expected a major.minor series like \"3.8\", found {series!r}")
@@ -286,6 +339,7 @@ def _load_engine(key: str, entry: dict[str, Any], model: Model, path: Path) -> E
         distribution=entry["distribution"],
         versions=tuple(entry["versions"]),
         driver=driver,
+        driver_class=drivers[driver] if drivers is not None else None,
         triton_series=series,
         files=tuple(files),
         kernel_tiles=kernel_tiles,

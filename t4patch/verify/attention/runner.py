@@ -41,14 +41,16 @@ from t4patch.errors import (
     VerificationError,
 )
 from t4patch.patching.local_version import release_of
-from t4patch.verify.attention.cases import Arch, CaseTable, EngineCases, load_cases
+from t4patch.verify.attention.cases import Arch, CaseTable, Compiler, EngineCases, load_cases
+from t4patch.verify.attention.needs import install_command, needed_modules, verify_extra
 from t4patch.verify.attention.report import AttentionReport, EngineResult, case_results
 
 WORKER_TIMEOUT_S = 3600
 PROGRESS_POLL_S = 0.2
 PROGRESS_WIDTH = 120
-# Import names whose pip distribution is spelled differently.
-_PIP_NAMES = {"zmq": "pyzmq", "PIL": "pillow", "yaml": "pyyaml", "cv2": "opencv-python-headless"}
+# The two compiles of every launch when the compiler has t4patch's set applied (see Compiler).
+PASS_PATCHED = "patched"
+PASS_STOCK = "stock"
 
 
 @dataclass(frozen=True)
@@ -136,11 +138,14 @@ def build_request(
 ) -> dict[str, Any]:
     cases = engine.cases
     return {
+        "needs": needed_modules(verify_extra()),
+        "compiler_env_names": sorted(table.compiler.stock_env) if table.compiler else [],
         "engine": {
             "key": cases.key,
             "distribution": cases.distribution,
             "version": engine.dist.version,
             "driver": cases.driver,
+            "driver_class": cases.driver_class,
             "triton_series": cases.triton_series,
             "files": list(cases.files),
             "packages": sorted({f.split("/")[0] for f in cases.files}),
@@ -158,16 +163,26 @@ def build_request(
 
 
 def run_worker(
-    python: str, request: dict[str, Any], workdir: Path, progress: Callable[[str], None] | None = None
+    python: str,
+    request: dict[str, Any],
+    workdir: Path,
+    progress: Callable[[str], None] | None = None,
+    env_changes: dict[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """Run one worker; return its JSON result (a crash without a result becomes a T4PatchError).
 
     The worker appends one line per compiled case to ``request["progress_path"]`` (when set); ``progress``
     is called with each new line while the worker runs, so a terminal shows where the compile is.
+    ``env_changes``: variables to set (a string) or remove (None) in the worker's environment.
     """
     request_path = workdir / "request.json"
     request_path.write_text(json.dumps(request), encoding="utf-8")
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONDONTWRITEBYTECODE="1")
+    for name, value in (env_changes or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     progress_path = Path(request["progress_path"]) if request.get("progress_path") else None
     out_path, err_path = workdir / "worker.stdout", workdir / "worker.stderr"
     try:
@@ -232,23 +247,37 @@ class TerminalProgress:
 
 
 def _raise_worker_error(
-    engine: EngineTarget, python: str, error: dict[str, Any], target: TargetEnvironment | None = None
+    engine: EngineTarget, python: str, error: dict[str, Any], target: TargetEnvironment | None = None,
+    *, own_interpreter: bool = True,
 ) -> None:
+    """Turn the worker's error into the right T4PatchError.
+
+    ``own_interpreter``: the worker ran under t4patch's interpreter (no ``--python``), whose compile modules are
+    t4patch's ``verify`` extra: the hint installs the whole extra in one command. Under the target's interpreter
+    (``--python``) it installs only what is missing, so the serving environment's torch is never replaced.
+    """
     kind = error.get("kind")
-    python = shlex.quote(python)
     message = error.get("message", "unknown error")
     series = engine.cases.triton_series
     if kind == "missing-dependency":
-        module = error.get("module") or "?"
-        if module in ("torch", "triton"):
-            hint = (
-                f"{python} -m pip install 'triton~={series}.0' && {python} -m pip install torch --index-url "
-                "https://download.pytorch.org/whl/cpu  (a CPU build is enough; plain 'pip install torch' pulls "
-                "a multi-GB CUDA build)"
-            )
-        else:
-            hint = f"{python} -m pip install {_PIP_NAMES.get(module, module)}"
-        raise MissingDependencyError(f"verify attention {engine.cases.distribution}: {message}", hint=hint)
+        missing = list(error.get("modules") or [error.get("module") or "?"])
+        extra = verify_extra()
+        listed = ", ".join(str(r) for r in extra)
+        where = "t4patch's own interpreter" if own_interpreter else "the target's interpreter"
+        text = (
+            f"verify attention {engine.cases.distribution}: {where} ({python}) cannot import "
+            f"{', '.join(missing)}; compiling needs t4patch's verify extra ({listed})"
+            + (f", with triton {series}.x for {engine.cases.distribution} {engine.dist.version}"
+               if any(r.name == "triton" and not r.specifier.contains(f"{series}.0") for r in extra) else "")
+            + "; a CPU build of torch is enough"
+            + ("" if own_interpreter else " (only the missing modules are installed, the serving torch is kept)")
+            + (f"; {message}" if message and not message.startswith("cannot import") else "")
+        )
+        # the whole extra in one go when t4patch's own interpreter lacks part of it; else only what is missing
+        whole = own_interpreter and bool(set(missing) & set(needed_modules(extra)))
+        hint = install_command(python, missing, extra, series, whole_extra=whole)
+        raise MissingDependencyError(text, hint=hint)
+    python = shlex.quote(python)
     if kind == "triton-version":
         raise MissingDependencyError(
             f"verify attention {engine.cases.distribution}: {message}",
@@ -289,25 +318,39 @@ def verify_attention(
     cache = cache or default_triton_cache()
     results = []
     terminal = TerminalProgress()
+    compiler = table.compiler
     for engine in engines:
         label = f"verify attention: {engine.cases.distribution} {engine.dist.version} for {arch.name}"
         total = len(table.model.layers) * len(engine.cases.cases)
-        terminal.show(f"{label}: importing the engine ({total} cases to compile)")
-        started = time.monotonic()
 
-        def show(line: str, label: str = label, started: float = started) -> None:
-            terminal.show(f"{label}: compiling, {line} done, {time.monotonic() - started:.0f} s")
+        def compile_pass(name: str, env_changes: dict[str, str | None], label: str = label,
+                         engine: EngineTarget = engine, total: int = total) -> dict[str, Any]:
+            what = f"{label}, {name} Triton" if name == PASS_STOCK else label
+            terminal.show(f"{what}: importing the engine ({total} cases to compile)")
+            started = time.monotonic()
 
-        try:
-            with tempfile.TemporaryDirectory(prefix="t4patch-verify-") as tmp:
-                workdir = Path(tmp)
-                request = build_request(engine, arch, table, extra, workdir / "result.json", cache)
-                result = run_worker(interpreter, request, workdir, progress=show)
-        finally:
-            terminal.clear()
+            def show(line: str) -> None:
+                terminal.show(f"{what}: compiling, {line} done, {time.monotonic() - started:.0f} s")
+
+            try:
+                with tempfile.TemporaryDirectory(prefix="t4patch-verify-") as tmp:
+                    workdir = Path(tmp)
+                    request = build_request(engine, arch, table, extra, workdir / "result.json", cache)
+                    result = run_worker(interpreter, request, workdir, progress=show, env_changes=env_changes)
+            finally:
+                terminal.clear()
+            if not result.get("ok"):
+                _raise_worker_error(engine, interpreter, result.get("error", {}), target,
+                                    own_interpreter=python is None)
+            return result
+
+        # First as the compiler is installed, with the set's off switch removed (it would make "patched" stock).
+        result = compile_pass(PASS_PATCHED, {name: None for name in (compiler.stock_env if compiler else {})})
         overall = patch_overall(engine.dist, target)
-        if not result.get("ok"):
-            _raise_worker_error(engine, interpreter, result.get("error", {}), target)
+        versions = result.get("versions", {})
+        compiler_state = _compiler_state(compiler, versions)
+        applied = compiler is not None and compiler_state == "applied"
+        stock = compile_pass(PASS_STOCK, dict(compiler.stock_env)) if applied and compiler else None
         results.append(
             EngineResult(
                 key=engine.cases.key,
@@ -317,14 +360,58 @@ def verify_attention(
                 patch_state=PATCH_STATE_TEXT.get(overall or ""),
                 patch_overall=overall,
                 interpreter=interpreter,
-                versions=result.get("versions", {}),
+                versions=versions,
                 loader=result.get("loader", {}),
                 files=result.get("files", {}),
-                cases=case_results(result.get("results", []), engine.cases, table.model, arch),
-                notes=tuple(result.get("notes", [])),
+                cases=case_results(
+                    result.get("results", []), engine.cases, table.model, arch,
+                    stock_results=stock.get("results", []) if stock is not None else None,
+                    require_mma=applied and compiler is not None and arch.name in compiler.mma_archs,
+                    stock_required_fma=applied and arch.capability < 80,
+                ),
+                notes=tuple(result.get("notes", [])) + tuple(
+                    n for n in (stock or {}).get("notes", []) if n not in result.get("notes", [])),
+                compiler=_compiler_json(compiler, versions, compiler_state, stock),
             )
         )
     return AttentionReport(arch=arch, model=table.model, target=target.to_json(), engines=tuple(results))
+
+
+def _compiler_state(compiler: Compiler | None, versions: dict[str, Any]) -> str | None:
+    """The status model's state of t4patch's set for the compiler the worker imported (from where it was imported):
+    applied, not-applied, partial, foreign, no-patch-set, ...; None when it cannot be told."""
+    root = versions.get("triton_root")
+    if compiler is None or not root:
+        return None
+    from t4patch.environment.target import resolve_target
+    from t4patch.patching.status import engine_status
+
+    try:
+        return engine_status(compiler.distribution, resolve_target(site_packages=root)).overall
+    except T4PatchError:
+        return None
+
+
+def _compiler_json(compiler: Compiler | None, versions: dict[str, Any], state: str | None,
+                   stock: dict[str, Any] | None) -> dict[str, Any]:
+    if compiler is None:
+        return {}
+    two_passes = stock is not None
+    seen = {PASS_PATCHED if two_passes else "as-installed": versions.get("compiler_env") or {}}
+    if stock is not None:
+        seen[PASS_STOCK] = stock.get("versions", {}).get("compiler_env") or {}
+    return {
+        "distribution": compiler.distribution,
+        "version": versions.get(compiler.distribution),
+        "root": versions.get("triton_root"),
+        "t4patch_set": state,
+        "passes": [PASS_PATCHED, PASS_STOCK] if two_passes else [PASS_PATCHED if state == "applied" else "as-installed"],
+        "stock_env": dict(compiler.stock_env),
+        "mma_archs": list(compiler.mma_archs),
+        # the user's own values of the switch (the first pass ran without them), and what each pass's worker saw
+        "environment": {name: os.environ.get(name) for name in compiler.stock_env},
+        "pass_environment": seen,
+    }
 
 
 def check(report: AttentionReport, target: TargetEnvironment | None = None) -> None:

@@ -11,7 +11,10 @@ same options), and nothing else. What is recorded per launch:
 - ``n_regs`` / ``n_spills``: on a GPU, Triton reads them from the loaded module (cuFuncGetAttribute NUM_REGS
   and LOCAL_SIZE_BYTES / 4). Here the same two numbers are read from the compiled cubin with the cuobjdump
   Triton bundles (``REG`` and the per-thread ``STACK`` frame, where spills live), and handed to Triton through
-  ``load_binary`` so they land on the CompiledKernel exactly where a real load puts them.
+  ``load_binary`` so they land on the CompiledKernel exactly where a real load puts them;
+- the path its dots took (tensor cores or fp32 FMA) and the PTX's ``mma.sync`` / ``fma.rn.f32`` counts
+  (:mod:`t4patch.verify.attention.kernel_path`), from the TTIR, TTGIR and PTX of that very compile, which
+  Triton hands to ``knobs.runtime.kernel_load_start_hook`` (the files of its cache entry) just before the load.
 
 This module is imported only inside the worker process (it needs torch and triton); nothing here runs at
 import time.
@@ -21,7 +24,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from t4patch.verify.attention.kernel_path import KernelPath, analyse
 
 # Reported as the device's opt-in shared memory to Triton's own launch check. The harness must see every
 # kernel of a case (Triton would stop at the first misfit), so Triton's check is disabled and the caller
@@ -43,9 +49,11 @@ class Launch:
     n_spills: int | None
     local_bytes: int | None  # per-thread local memory (stack frame) the spills live in
     cache_key: str
+    kernel_path: KernelPath | None = None  # None: the compile's IR was not handed over (see Recorder.note_load)
 
     def to_json(self) -> dict[str, Any]:
         return {
+            **(self.kernel_path.to_json() if self.kernel_path is not None else {"dot_path": None}),
             "kernel": self.kernel,
             "grid": list(self.grid),
             "constexprs": {k: _jsonable(v) for k, v in self.constexprs.items()},
@@ -75,6 +83,23 @@ class Recorder:
     launches: list[Launch] = field(default_factory=list)
     resource_notes: list[str] = field(default_factory=list)
     _usage_cache: dict[bytes, tuple[int | None, int | None]] = field(default_factory=dict)
+    paths: dict[str, KernelPath] = field(default_factory=dict)  # compile hash -> what its dots ran on
+
+    def note_load(self, name: str, metadata_group: dict[str, str], compile_hash: str) -> None:
+        """Read the TTIR, TTGIR and PTX of the compile about to be loaded (its cache entry's files)."""
+        if compile_hash in self.paths:
+            return
+        texts: dict[str, str | None] = {}
+        for ext in ("ttir", "ttgir", "ptx"):
+            path = metadata_group.get(f"{name}.{ext}")
+            try:
+                texts[ext] = Path(path).read_text(encoding="utf-8") if path else None
+            except OSError:
+                texts[ext] = None
+        missing = [ext for ext, text in texts.items() if text is None]
+        if missing:
+            self._note(f"Triton's cache entry of {name} has no {'/'.join(missing)}: its dot path is not reported")
+        self.paths[compile_hash] = analyse(texts["ttir"], texts["ttgir"], texts["ptx"])
 
     def resource_usage(self, cubin: bytes) -> tuple[int | None, int | None]:
         """(registers, local bytes per thread) of the single kernel in ``cubin``, via cuobjdump -res-usage."""
@@ -144,6 +169,7 @@ def install(capability: int) -> Recorder:
                     n_spills=(local_bytes // 4) if local_bytes is not None else None,
                     local_bytes=local_bytes,
                     cache_key=str(getattr(self.metadata, "hash", "")),
+                    kernel_path=recorder.paths.get(str(getattr(self.metadata, "hash", ""))),
                 )
             )
 
@@ -185,4 +211,19 @@ def install(capability: int) -> Recorder:
             return torch.cuda
 
     driver_config.set_active(_CompileOnlyDriver())
+    _add_load_hook(recorder)
     return recorder
+
+
+def _add_load_hook(recorder: Recorder) -> None:
+    """Have Triton hand every compile's cache files to ``recorder`` before it loads the binary."""
+    from triton import knobs
+
+    def hook(module: Any, function: Any, name: str, metadata_group: dict[str, str], compile_hash: str) -> None:
+        recorder.note_load(name, metadata_group, compile_hash)
+
+    chain = knobs.runtime.kernel_load_start_hook
+    if hasattr(chain, "add"):  # 3.7+: a HookChain
+        chain.add(hook)
+    else:
+        knobs.runtime.kernel_load_start_hook = hook

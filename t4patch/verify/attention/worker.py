@@ -17,6 +17,7 @@ import hashlib
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import json
 import os
 import platform
@@ -54,6 +55,14 @@ def _sha256(path: Path) -> str | None:
         return None
 
 
+def _findable(name: str) -> bool:
+    """Can ``name`` be imported here (found on the path, without importing it)?"""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _progress(request: dict[str, Any], line: str) -> None:
     """One line per step for the parent's terminal display (appended: the parent reads the last one)."""
     if request.get("progress_path"):
@@ -62,11 +71,17 @@ def _progress(request: dict[str, Any], line: str) -> None:
 
 
 def _make_driver(request: dict[str, Any]) -> Any:
-    """The engine's driver named by the case table, found in the engine table (imported only now)."""
-    from t4patch.engines import attention_driver
-
+    """The engine's driver named by the case table, imported now from the "module:Class" the request carries
+    (the parent read it from the engine table; this interpreter never reads the table)."""
     engine = request["engine"]
-    return attention_driver(engine["driver"])(Path(request["root"]), request["arch"], request["model"], engine["settings"])
+    module_name, _, class_name = str(engine.get("driver_class") or "").partition(":")
+    if not module_name or not class_name:
+        raise ValueError(
+            f"the request names no driver class for {engine['driver']!r} (the case table was loaded without the "
+            "engine table's drivers: load_cases(drivers=...))"
+        )
+    driver = getattr(importlib.import_module(module_name), class_name)
+    return driver(Path(request["root"]), request["arch"], request["model"], engine["settings"])
 
 
 def run_request(request: dict[str, Any]) -> dict[str, Any]:
@@ -82,12 +97,22 @@ def run_request(request: dict[str, Any]) -> dict[str, Any]:
     sys.meta_path.insert(0, _EngineRootFinder(root, packages))
 
     versions: dict[str, Any] = {"python": platform.python_version(), "executable": sys.executable}
+    # Every module the compile needs is looked for before anything is imported, so one report names them all
+    # (the verify extra's modules and torch/triton; an engine dependency outside that list is found by the import).
+    missing = [name for name in request.get("needs", ["torch", "triton"]) if not _findable(name)]
+    if missing:
+        return _error("missing-dependency", f"cannot import {', '.join(missing)}", module=missing[0], modules=missing,
+                      versions=versions)
     for name in ("torch", "triton"):
         try:
             module = importlib.import_module(name)
         except ImportError as exc:
-            return _error("missing-dependency", f"cannot import {name}: {exc}", module=name, versions=versions)
+            return _error("missing-dependency", f"cannot import {name}: {exc}", module=name, modules=[name],
+                          versions=versions)
         versions[name] = getattr(module, "__version__", "unknown")
+    # where the compiler came from: the parent asks the status model whether t4patch's Triton set is applied there
+    versions["triton_root"] = str(Path(sys.modules["triton"].__file__ or "").resolve().parent.parent)
+    versions["compiler_env"] = {k: os.environ.get(k) for k in request.get("compiler_env_names", [])}
     series = ".".join(str(versions["triton"]).split(".")[:2])
     if series != engine["triton_series"]:
         return _error(
@@ -111,6 +136,7 @@ def run_request(request: dict[str, Any]) -> dict[str, Any]:
             "missing-dependency",
             f"importing {engine['distribution']} needs {exc.name}",
             module=_top(exc.name),
+            modules=[_top(exc.name)],
             versions=versions,
         )
     except Exception as exc:  # noqa: BLE001 - reported as a one-line finding, with the traceback for --debug
