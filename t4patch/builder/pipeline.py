@@ -1,8 +1,10 @@
 """One build from plan to record: source, steps, artifacts, architecture check, build-record.json.
 
-The record is written on success *and* on failure (status "failed", the steps that ran, the error), so a
-broken build still leaves evidence next to its log. A build whose artifacts lack sm_XY code is a failed
-build: the record says so and VerificationError is raised, even though every step exited 0.
+The record (:class:`~t4patch.builder.record.BuildRecord`) is written on success *and* on failure (status
+"failed", the steps that ran, the error), so a broken build still leaves evidence next to its log. A build
+whose artifacts lack sm_XY code is a failed build: the record says so and VerificationError is raised, even
+though every step exited 0. An engine recipe and a torch extension run through the same code; the extension's
+two steps that t4patch does itself (``unpack``, ``register``: no subprocess) are :func:`_action`'s.
 
 The plan runs as planned: every command is the plan's, with only :class:`~t4patch.builder.plan.StepOutput`
 arguments filled in from the output of the step they name (the commit ``resolve-ref`` found), and each
@@ -15,6 +17,7 @@ import datetime as _dt
 import glob
 import os
 import platform
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +26,7 @@ from typing import Any
 import t4patch
 from t4patch.builder.plan import CHECKOUT_STEP, BuildPlan, PlannedStep
 from t4patch.builder.preflight import Check
+from t4patch.builder.record import BuildRecord
 from t4patch.builder.runner import LogRunner, StatusPrinter, StepResult, StepRunner, step_failure
 from t4patch.builder.source import (
     SourceIdentity,
@@ -36,8 +40,6 @@ from t4patch.errors import BuildError, T4PatchError, VerificationError
 from t4patch.fileio.atomic import write_json_atomic
 from t4patch.fileio.hashing import sha256_file
 from t4patch.verify.artifacts.check import ArtifactReport, check_artifacts
-
-RECORD_SCHEMA = 1
 
 
 def _now() -> str:
@@ -85,27 +87,28 @@ def execute(plan: BuildPlan, checks: list[Check], *, printer: StatusPrinter | No
     started_wall, started = _now(), time.monotonic()
     results: list[StepResult] = []
     identity: SourceIdentity | None = None
-    record: dict[str, Any] = _base_record(plan, checks, command_line, started_wall)
+    record = _base_record(plan, checks, command_line, started_wall)
+    work: dict[str, Any] = {}  # what the extension's own steps hand on (the pinned bytes, the facts found)
 
     def finish(status: str, error: T4PatchError | None, report: ArtifactReport | None,
                artifacts: list[dict[str, Any]]) -> dict[str, Any]:
         durations: dict[str, float] = {}
-        for r in results:  # a lookup step may run several commands: its time is their sum
+        for r in results:  # a lookup or batch step runs several commands: its time is their sum
             durations[r.name] = durations.get(r.name, 0.0) + r.seconds
-        record.update({
-            "status": status,
-            "error": str(error) if error else None,
-            "finished": _now(),
-            "source": identity.to_dict() if identity else None,
-            "steps": [r.to_dict() for r in results],
-            "durations": {**{k: round(v, 2) for k, v in durations.items()},
-                          "total": round(time.monotonic() - started, 2)},
-            "artifacts": artifacts,
-            "verification": report.to_dict() if report else (
-                {"skipped": "CPU-only build: no GPU code to check"} if not plan.cuda and status == "ok" else None),
-        })
-        write_json_atomic(plan.record_path, record)
-        return record
+        record.status = status
+        record.error = str(error) if error else None
+        record.finished = _now()
+        record.source = identity.to_dict() if identity else None
+        record.steps = [r.to_dict() for r in results]
+        record.durations = {**{k: round(v, 2) for k, v in durations.items()}, "total": round(time.monotonic() - started, 2)}
+        record.artifacts = artifacts
+        record.verification = report.to_dict() if report else (
+            {"skipped": "CPU-only build: no GPU code to check"} if not plan.cuda and status == "ok" else None)
+        if plan.recipe.extension is not None:
+            record.extension = _extension_facts(plan, work, report if status == "ok" else None)
+        doc = record.to_dict()
+        write_json_atomic(plan.record_path, doc)
+        return doc
 
     try:
         if plan.source.mode == "reuse":
@@ -118,6 +121,21 @@ def execute(plan: BuildPlan, checks: list[Check], *, printer: StatusPrinter | No
         outputs: dict[str, str] = {}
         total = len(plan.steps)
         for index, step in enumerate(plan.steps, 1):
+            if step.action is not None:
+                printer.start(index, total, step.name, (step.action,))
+                t0 = time.monotonic()
+                found = _action(plan, step, work)
+                results.append(StepResult(step.name, (), str(step.cwd), {}, time.monotonic() - t0, 0, action=step.action))
+                printer.done(step.name, time.monotonic() - t0, True)
+                identity = found or identity
+                continue
+            if step.batch:
+                batch = runner.run_batch(step, jobs=plan.jobs, index=index, total=total)
+                results.extend(batch)
+                bad = next((r for r in batch if not r.ok), None)
+                if bad is not None:
+                    raise failure(bad)
+                continue
             if step.lookup:
                 outputs[step.name] = _lookup(plan, step, runner, results, failure, index=index, total=total)
                 continue
@@ -142,9 +160,10 @@ def execute(plan: BuildPlan, checks: list[Check], *, printer: StatusPrinter | No
 
     report = None
     if plan.arch is not None:
-        # a --ptx-only build carries PTX for the arch by design: the recipe's SASS requirement does not apply
+        # a PTX-only build (--ptx-only, a torch extension) carries PTX for the arch by design: the recipe's SASS
+        # requirement does not apply, and any SASS at all is a problem
         require = tuple(r for r in plan.recipe.require if not (plan.ptx_only and r == "sass"))
-        report = check_artifacts(files, plan.arch, require=require, cuda_files=tuple(cuda_files))
+        report = check_artifacts(files, plan.arch, require=require, cuda_files=tuple(cuda_files), ptx_only=plan.ptx_only)
         artifacts = [{**r.to_dict(), "path": _rel(r.path, plan.out)} for r in report.files]
     else:
         artifacts = [{"path": _rel(p, plan.out), "size": p.stat().st_size, "sha256": sha256_file(p)} for p in files]
@@ -158,6 +177,69 @@ def execute(plan: BuildPlan, checks: list[Check], *, printer: StatusPrinter | No
         finish("failed", error, report, artifacts)
         raise error
     return finish("ok", None, report, artifacts), report
+
+
+def _action(plan: BuildPlan, step: PlannedStep, work: dict[str, Any]) -> SourceIdentity | None:
+    """Run one of a torch extension's own steps; the unpack step returns the source's identity."""
+    from t4patch.builder import extension as ext
+    from t4patch.builder.sdist import locate_sdist, read_sources
+
+    spec = plan.recipe.extension
+    assert spec is not None
+    tree = plan.out / "src"
+    if step.name == "unpack":
+        sdist = locate_sdist(spec, plan.source.path)
+        sources, origin = read_sources(spec, sdist)
+        if tree.exists():
+            shutil.rmtree(tree)  # an earlier build's tree: every file is written again from the pinned bytes
+        ext.write_tree(spec, sources, tree)
+        work.update(sources=sources, origin=origin)
+        with plan.log_path.open("a", encoding="utf-8") as log:
+            log.write(f"\n### t4patch step unpack: {len(sources)} pinned files from {sdist} ({origin['kind']}), "
+                      f"{spec.diff_path.name} applied to {spec.patched_path} (sha256 {spec.patched_sha256})\n")
+        return SourceIdentity("sdist", sdist, None, None, False, None, None, None, len(sources),
+                              archive_sha256=str(origin["sdist_sha256"]) if origin.get("sdist_sha256") else None)
+    if step.name == "register":
+        # the generator (the step before) must have written exactly what the recipe lists
+        work["generated"] = ext.generated_files(spec, tree)
+        work["schemas"] = ext.op_schemas(work["sources"][spec.bindings].decode("utf-8"), spec.ops, spec.bindings)
+        (tree / ext.REGISTRATION).write_text(ext.registration_source(spec, work["schemas"]), encoding="utf-8")
+        with plan.log_path.open("a", encoding="utf-8") as log:
+            log.write(f"\n### t4patch step register: generated {', '.join(work['generated'])}; "
+                      f"{ext.REGISTRATION} defines {', '.join(spec.ops)}\n")
+        return None
+    raise BuildError(f"step {step.name!r} is no step t4patch runs itself", hint="this is a t4patch defect: report it")
+
+
+def _extension_facts(plan: BuildPlan, work: dict[str, Any], report: ArtifactReport | None) -> dict[str, Any]:
+    """What a torch extension's loader and reports need from the record (complete only for an ok build)."""
+    from t4patch.builder import extension as ext
+
+    spec = plan.recipe.extension
+    assert spec is not None and plan.toolchain is not None
+    library = plan.build_dir / spec.library
+    facts: dict[str, Any] = {
+        "source_hash": spec.source_hash(),
+        "cache_key": plan.cache_key,
+        "source": {"distribution": spec.distribution, "version": spec.version, **work.get("origin", {})},
+        "change": {"diff": spec.diff_path.name, "diff_sha256": spec.diff_sha256, "path": spec.patched_path,
+                   "sha256": spec.patched_sha256},
+        "emulation": spec.emulation.to_json(),
+        "generated": work.get("generated"),
+        "schemas": work.get("schemas"),
+        "namespace": spec.namespace,
+        "ops": list(spec.ops),
+        "gencode": spec.gencode,
+        "compile_flags": ext.compile_flags(spec),
+        "toolchain": plan.toolchain.to_json(),
+        "library": None,
+        "fatbin": None,
+    }
+    if report is not None and library.is_file():
+        result = next(r for r in report.files if r.path == library.resolve())
+        facts["library"] = {"file": spec.library, "path": str(library), "sha256": result.sha256, "bytes": result.size}
+        facts["fatbin"] = result.summary.to_dict()
+    return facts
 
 
 def _lookup(plan: BuildPlan, step: PlannedStep, runner: StepRunner, results: list[StepResult],
@@ -191,30 +273,28 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _base_record(plan: BuildPlan, checks: list[Check], command_line: str, started: str) -> dict[str, Any]:
+def _base_record(plan: BuildPlan, checks: list[Check], command_line: str, started: str) -> BuildRecord:
     recipe_path = plan.recipe.path
-    return {
-        "schema": RECORD_SCHEMA,
-        "kind": "t4patch-build-record",
-        "t4patch": t4patch.__version__,
-        "command": command_line,
-        "recipe": plan.recipe.name,
-        "recipe_sha256": sha256_file(recipe_path) if recipe_path else None,
-        "arch": plan.arch_text,
-        "cuda": plan.cuda,
-        "features": list(plan.features),
-        "with_tests": plan.with_tests,
-        "ptx_only": plan.ptx_only,  # PTX for the arch, no SASS: a newer GPU runs the Turing code through JIT
-        "jobs": plan.jobs,
-        "out": str(plan.out),
-        "build_dir": str(plan.build_dir),
-        "log": str(plan.log_path),
-        "requested": {"mode": plan.source.mode, "repository": plan.source.repository, "ref": plan.source.ref,
-                      "path": str(plan.source.path)},
-        "env": dict(sorted(plan.env.items())),
-        "flags": plan.flags,
-        "tools": {c.name: c.found for c in checks},
-        "host": {"machine": platform.machine(), "system": platform.system(), "release": platform.release(),
-                 "cpus": os.cpu_count(), "python": platform.python_version()},
-        "started": started,
-    }
+    return BuildRecord(
+        t4patch=t4patch.__version__,
+        command=command_line,
+        recipe=plan.recipe.name,
+        recipe_sha256=sha256_file(recipe_path) if recipe_path else None,
+        arch=plan.arch_text,
+        cuda=plan.cuda,
+        features=list(plan.features),
+        with_tests=plan.with_tests,
+        ptx_only=plan.ptx_only,
+        jobs=plan.jobs,
+        out=str(plan.out),
+        build_dir=str(plan.build_dir),
+        log=str(plan.log_path),
+        requested={"mode": plan.source.mode, "repository": plan.source.repository, "ref": plan.source.ref,
+                   "path": str(plan.source.path)},
+        env=dict(sorted(plan.env.items())),
+        flags=plan.flags,
+        tools={c.name: c.found for c in checks},
+        host={"machine": platform.machine(), "system": platform.system(), "release": platform.release(),
+              "cpus": os.cpu_count(), "python": platform.python_version()},
+        started=started,
+    )

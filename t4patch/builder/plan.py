@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from t4patch.builder import extension as ext
+from t4patch.builder.extension import Toolchain
 from t4patch.builder.recipe import Recipe, StepTemplate
 from t4patch.builder.source import ref_lookup_commands
 from t4patch.cuda.arch import CPU_WORD, Arch, parse_build_target
@@ -57,10 +59,16 @@ class PlannedStep:
     env: dict[str, str]  # variables added to (or replacing in) the inherited environment
     progress: str
     lookup: tuple[tuple[str, ...], ...] = ()
+    # independent commands that must all succeed, run up to the plan's jobs at a time (an extension's compiles)
+    batch: tuple[tuple[str, ...], ...] = ()
+    # a step t4patch does itself, no subprocess (an extension's "unpack" and "register"): its description
+    action: str | None = None
 
     def commands(self) -> tuple[tuple[Arg, ...], ...]:
-        """Every command this step may run, in order (one, unless it is a lookup)."""
-        return self.lookup or (self.argv,)
+        """Every command this step may run, in order (one, unless it is a lookup or a batch; none for an action)."""
+        if self.action is not None:
+            return ()
+        return self.lookup or self.batch or (self.argv,)
 
     def inputs(self) -> tuple[str, ...]:
         """Names of the earlier steps whose output this step takes."""
@@ -81,9 +89,13 @@ class PlannedStep:
 
     def shell(self) -> str:
         """The step as one copy-pasteable shell line (cd + env + command); a StepOutput shows as a placeholder."""
+        if self.action is not None:
+            return f"(t4patch: {self.action})"
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        # Each alternative of a lookup gets the environment: in `A=1 a || b` it would reach `a` only.
-        cmd = " || ".join(f"{env + ' ' if env else ''}{_shown(argv)}" for argv in self.commands())
+        # Each alternative of a lookup gets the environment: in `A=1 a || b` it would reach `a` only. A batch
+        # reads as its commands one after another (the build runs them side by side; the result is the same).
+        joiner = " && " if self.batch else " || "
+        cmd = joiner.join(f"{env + ' ' if env else ''}{_shown(argv)}" for argv in self.commands())
         return f"(cd {shlex.quote(str(self.cwd))} && {cmd})"
 
     def to_dict(self) -> dict[str, object]:
@@ -91,6 +103,10 @@ class PlannedStep:
                                   "env": dict(sorted(self.env.items())), "shell": self.shell()}
         if self.lookup:
             doc["lookup"] = [list(argv) for argv in self.lookup]
+        if self.batch:
+            doc["batch"] = [list(argv) for argv in self.batch]
+        if self.action is not None:
+            doc["action"] = self.action
         if self.inputs():
             doc["inputs"] = list(self.inputs())
         return doc
@@ -108,7 +124,7 @@ def _shown(argv: tuple[Arg, ...]) -> str:
 class SourceSpec:
     """Where the source comes from: a clone of ``repository`` at ``ref``, or an existing directory."""
 
-    mode: str  # "clone" (new clone), "reuse" (existing clone in the output dir) or "directory" (--source)
+    mode: str  # "clone" (new clone), "reuse" (existing clone), "directory" (--source) or "sdist" (an extension's archive)
     path: Path
     repository: str | None
     ref: str | None
@@ -131,6 +147,8 @@ class BuildPlan:
     flags: dict[str, list[str]] = field(default_factory=dict)  # step name -> recipe-derived arguments
     with_tests: bool = False  # --with-tests: the recipe's [tests] arguments and artifacts added
     ptx_only: bool = False  # --ptx-only: {arch} is "NN-virtual" (PTX for compute_NN, no SASS)
+    toolchain: Toolchain | None = None  # a torch extension's compiler, torch and cuBLAS (None: an engine recipe)
+    cache_key: str | None = None  # a torch extension's identity (inputs + toolchain): its default --out is named by it
 
     @property
     def cuda(self) -> bool:
@@ -172,10 +190,14 @@ class BuildPlan:
                              "branch, else a commit whose hash starts with it; that commit is the step's output)")
             if step.name == CHECKOUT_STEP and step.inputs():
                 lines.append("        (HEAD is then read back and must be that commit)")
+            if step.batch:
+                lines.append(f"        ({len(step.batch)} commands, run up to {self.jobs} at a time; every one must succeed)")
         return "\n".join(lines)
 
     def _source_line(self) -> str:
         s = self.source
+        if s.mode == "sdist":
+            return f"{s.path} (source archive or unpacked tree; every pinned file checked)"
         if s.mode == "directory":
             return f"{s.path} (existing directory, --source)"
         return f"{s.repository} at {s.ref} -> {s.path} ({'new clone' if s.mode == 'clone' else 'existing clone'})"
@@ -197,6 +219,7 @@ class BuildPlan:
             "steps": [s.to_dict() for s in self.steps],
             "log": str(self.log_path),
             "record": str(self.record_path),
+            **({"toolchain": self.toolchain.to_json(), "cache_key": self.cache_key} if self.toolchain else {}),
         }
 
 
@@ -219,12 +242,21 @@ def plan_build(
     cwd: Path | None = None,
     with_tests: bool = False,
     ptx_only: bool = False,
+    toolchain: Toolchain | None = None,
 ) -> BuildPlan:
     """Plan one build. ``nvcc`` is the compiler preflight found (placed into the CMake/cargo command).
 
     ``arch``: the user's ``--arch`` text (``75``, ``sm_75``, ``7.5``, ``cpu``), an :class:`Arch`, or None for a
-    CPU-only build."""
+    CPU-only build. A torch-extension recipe also needs ``toolchain`` (what compiles and loads it); its
+    ``source_dir`` is the source archive or an unpacked tree."""
     target = parse_build_target(arch) if isinstance(arch, str) else arch
+    if recipe.extension is not None:
+        if ref is not None or repository is not None or features or with_tests:
+            given = "--ref" if ref else "--repo" if repository else "--feature" if features else "--with-tests"
+            raise UsageError(f"{given}: {recipe.name} is built from its pinned source archive (no clone, features or "
+                             "test build)", hint=f"t4patch build {recipe.name} --dry-run")
+        return _plan_extension(recipe, target, jobs=jobs, out=out, source=source_dir, cwd=cwd,
+                               toolchain=toolchain or _no_toolchain(nvcc))
     if target is None and not recipe.cpu_variant:
         raise UsageError(f"{recipe.name} has no CPU-only build in its recipe", hint=f"t4patch build {recipe.name} --arch 75")
     if ref is not None and source_dir is not None:
@@ -368,3 +400,70 @@ def _argv(template: StepTemplate, values: dict[str, str], arch: Arch | None) -> 
             continue
         cleaned.append(arg)
     return tuple(cleaned)
+
+
+def _no_toolchain(nvcc: str | None) -> Toolchain:
+    return Toolchain(nvcc, None, None, None, (), None, "python3", "")
+
+
+def _plan_extension(recipe: Recipe, target: Arch | None, *, jobs: int | None, out: Path | None, source: Path | None,
+                    cwd: Path | None, toolchain: Toolchain) -> BuildPlan:
+    """A torch extension: unpack the pinned files, generate, register the ops, compile (in parallel), link.
+
+    Its default output directory is the t4patch cache (``cache_dir("extensions")/<name>/<key>``), named by the
+    cache key, which is where the code that loads the library finds it again."""
+    from t4patch.builder.sdist import sdist_path
+    from t4patch.fileio.cache import cache_dir
+
+    spec = recipe.extension
+    assert spec is not None
+    if target is None or target.digits != spec.arch_digits:
+        raise UsageError(f"{recipe.name} is built as PTX for compute_{spec.arch_digits} only ({spec.gencode}); "
+                         f"--arch {target.digits if target else CPU} is not what it builds",
+                         hint=f"t4patch build {recipe.name}")
+    if jobs is None:
+        jobs = os.cpu_count() or 1
+    if jobs < 1:
+        raise UsageError(f"--jobs {jobs}: expected a positive number", hint=f"t4patch build {recipe.name} --jobs 4")
+    key = ext.cache_key(spec, toolchain)
+    base = (cwd or Path.cwd()).resolve()
+    out = cache_dir("extensions") / recipe.name / key[:16] if out is None else out
+    out = (base / out).resolve() if not out.is_absolute() else out.resolve()
+    build_dir = out / recipe.build_dir
+    tree = out / "src"
+    objects = build_dir / "obj"
+    sdist = sdist_path(spec, (base / source) if source is not None else None)
+    generate, generate_cwd = ext.generate_command(spec, toolchain, tree)
+    compiles = ext.compile_commands(spec, toolchain, tree, objects)
+    link = ext.link_command(spec, toolchain, [Path(argv[argv.index("-o") + 1]) for _, argv in compiles],
+                            build_dir / spec.library)
+    steps = (
+        PlannedStep("unpack", (), out, {}, "none",
+                    action=f"read the {len(spec.files)} pinned files of {sdist}, each checked against its sha256, "
+                           f"write them under {tree} and apply {spec.diff_path.name} exactly "
+                           f"(the result must hash to {spec.patched_sha256[:12]}...)"),
+        PlannedStep("generate", generate, generate_cwd, {}, "none"),
+        PlannedStep("register", (), out, {}, "none",
+                    action=f"write {tree / ext.REGISTRATION}: {', '.join(spec.ops)} under torch.ops.{spec.namespace}, "
+                           f"their schemas read from {spec.bindings}"),
+        PlannedStep("compile", compiles[0][1], objects, {}, "none", batch=tuple(argv for _, argv in compiles)),
+        PlannedStep("link", link, build_dir, {}, "none"),
+    )
+    return BuildPlan(
+        recipe=recipe,
+        arch=target,
+        jobs=jobs,
+        out=out,
+        build_dir=build_dir,
+        source=SourceSpec("sdist", sdist, None, None),
+        features=(),
+        env={},
+        steps=steps,
+        nvcc=toolchain.nvcc,
+        log_path=out / "build.log",
+        record_path=out / "build-record.json",
+        flags={"compile": [*ext.compile_flags(spec), "-gencode", spec.gencode]},
+        ptx_only=True,
+        toolchain=toolchain,
+        cache_key=key,
+    )

@@ -19,10 +19,12 @@ from pathlib import Path
 
 from t4patch.builder.plan import BuildPlan
 from t4patch.cuda.arch import Arch
+from t4patch.cuda.nvcc import find_nvcc
 from t4patch.errors import ToolMissingError
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 Which = Callable[[str], "str | None"]
+__all__ = ["Check", "enforce", "find_nvcc", "run_preflight", "tool_version"]  # find_nvcc: t4patch.cuda.nvcc's
 
 # How to ask each tool its version, and the first version-looking number in the answer.
 VERSION_COMMANDS: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
@@ -102,18 +104,6 @@ def tool_version(tool: str, *, which: Which = shutil.which, run: Runner = _defau
     if match is None:
         return path, None
     return path, match.group(match.lastindex or 1) if tool == "nvcc" else match.group(1)
-
-
-def find_nvcc(which: Which = shutil.which, environ: dict[str, str] | None = None) -> str | None:
-    """nvcc on PATH, else $CUDA_HOME/bin/nvcc, $CUDA_PATH/bin/nvcc, /usr/local/cuda/bin/nvcc."""
-    environ = dict(os.environ) if environ is None else environ
-    found = which("nvcc")
-    if found:
-        return found
-    for root in (environ.get("CUDA_HOME"), environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and os.access(os.path.join(root, "bin", "nvcc"), os.X_OK):
-            return os.path.join(root, "bin", "nvcc")
-    return None
 
 
 def nvcc_toolkit_root(nvcc: str, run: Runner = _default_run) -> Path | None:
@@ -249,6 +239,8 @@ def run_preflight(
 
     if plan.source.mode == "directory":
         checks.append(_source_check(plan))
+    if plan.recipe.extension is not None:
+        checks.extend(_extension_checks(plan))
 
     free = disk_free(plan.out)
     need = recipe.min_free_gib
@@ -323,6 +315,53 @@ def _source_check(plan: BuildPlan) -> Check:
         return Check("source", False, "not a match", f"--source {src} does not look like a {plan.recipe.name} tree "
                      f"(missing {', '.join(missing)})", f"pass the top directory of a {plan.recipe.name} checkout")
     return Check("source", True, str(src), f"{src} has {', '.join(plan.recipe.source_markers) or 'no markers to check'}")
+
+
+def _extension_checks(plan: BuildPlan) -> list[Check]:
+    """A torch extension also needs torch's stable-ABI headers and libraries, <cublas_v2.h>, what the archive's
+    generator imports, and the archive itself (its sha256 is checked here, in a second, not after the tree)."""
+    from t4patch.builder.extension import CUBLAS_INCLUDE_ENV, cublas_candidates
+    from t4patch.builder.sdist import sdist_hint
+    from t4patch.fileio.hashing import sha256_file
+
+    spec, tc = plan.recipe.extension, plan.toolchain
+    assert spec is not None and tc is not None
+    checks: list[Check] = []
+    if tc.torch_include is None:
+        checks.append(Check("torch", False, "not found" if tc.torch_version is None else tc.torch_version,
+                            f"needs torch >= 2.10 with its stable-ABI headers (torch/csrc/stable/library.h) importable "
+                            f"by {tc.python}, found {'no torch' if tc.torch_version is None else 'torch ' + tc.torch_version + ' without them'}",
+                            f"{tc.python} -m pip install 'torch>=2.10'"))
+    elif not any(p.name == "libtorch_cpu.so" for p in tc.torch_libraries):
+        checks.append(Check("torch", False, str(tc.torch_include.parent), f"torch at {tc.torch_include.parent} has no "
+                            "lib/libtorch_cpu.so to link against", f"{tc.python} -m pip install --force-reinstall torch"))
+    else:
+        checks.append(Check("torch", True, tc.torch_version or "?", f"torch {tc.torch_version} at {tc.torch_include.parent} "
+                            f"({tc.python}, which loads the library)"))
+    if tc.cublas_include is None:
+        looked = ", ".join(str(c) for c in cublas_candidates(tc.nvcc)[:3])
+        checks.append(Check("cublas header", False, "not found", f"the sources include <cublas_v2.h>; found it in none of "
+                            f"{looked}, ...", f"{tc.python} -m pip install nvidia-cublas, or install the CUDA toolkit's "
+                            f"cuBLAS headers, or set {CUBLAS_INCLUDE_ENV}=DIR"))
+    else:
+        checks.append(Check("cublas header", True, str(tc.cublas_include), f"{tc.cublas_include / 'cublas_v2.h'}"))
+    if tc.generator_modules:
+        missing = " ".join(tc.generator_modules)
+        checks.append(Check("generator", False, "missing " + missing, f"{spec.generate_script} needs {missing} in {tc.python}",
+                            f"{tc.python} -m pip install {missing}"))
+    else:
+        checks.append(Check("generator", True, tc.python, f"{tc.python} can run {spec.generate_script}"))
+    sdist = plan.source.path
+    if not sdist.exists():
+        checks.append(Check("source archive", False, "not found", f"needs the {spec.distribution} {spec.version} sdist, "
+                            f"found nothing at {sdist}", sdist_hint(spec)))
+    elif sdist.is_file() and sha256_file(sdist) != spec.sdist_sha256:
+        checks.append(Check("source archive", False, "other bytes", f"{sdist} is not the recipe's {spec.sdist} (sha256 "
+                            f"differs from {spec.sdist_sha256[:12]}...)", sdist_hint(spec)))
+    else:
+        what = "sha256 matches" if sdist.is_file() else "an unpacked tree: each pinned file is checked when it is read"
+        checks.append(Check("source archive", True, str(sdist), f"{sdist} ({what})"))
+    return checks
 
 
 def enforce(checks: list[Check], *, command: str) -> None:

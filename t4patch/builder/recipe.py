@@ -1,4 +1,9 @@
-"""Build recipes: the data in ``recipes/<name>.toml``, loaded and validated before anything runs.
+"""Build recipes: the data in ``recipes/``, loaded and validated before anything runs.
+
+Two kinds, one :class:`Recipe`: ``recipes/<name>.toml`` builds an engine from its git repository with the
+recipe's commands (llama.cpp, mistral.rs); ``recipes/<name>/recipe.toml`` with ``kind = "torch-extension"``
+builds a small torch extension from a pinned source archive (the Marlin sm_75 library, see
+:mod:`t4patch.builder.extension`), its source change beside it.
 
 A recipe is data, not code, so adding a ref or a flag is a reviewed one-line change and ``--dry-run`` can
 show exactly what will run. Validation is strict (unknown keys, wrong types, unknown placeholders are errors)
@@ -14,8 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from t4patch.builder.extension import EXTENSION_SECTIONS, KIND, ExtensionSpec, parse_extension
 from t4patch.data.locations import data_dir
-from t4patch.data.reader import Bool, DataKind, Int, ListOf, MapOf, Number, Str, Table, check, optional, read
+from t4patch.data.reader import Bool, DataKind, Int, ListOf, MapOf, Number, Str, Table, check, optional
+from t4patch.data.tomlcompat import tomllib
 from t4patch.errors import DataFileError, T4PatchError, UsageError
 
 RECIPE_SCHEMA_VERSION = 1
@@ -75,20 +82,37 @@ class Recipe:
     path: Path | None = None
     tests_argv: dict[str, tuple[str, ...]] = field(default_factory=dict)  # step name -> extra args (--with-tests)
     tests_files: tuple[str, ...] = ()  # artifacts of the test build
+    extension: ExtensionSpec | None = None  # kind "torch-extension": built from a pinned archive, not a clone
+
+    @property
+    def kind(self) -> str:
+        return KIND if self.extension is not None else "engine"
 
 
 def recipe_names() -> list[str]:
-    """Names of the shipped recipes (``recipes/<name>.toml``)."""
-    return sorted(p.name[: -len(".toml")] for p in data_dir("recipes").glob("*.toml"))
+    """Names of the shipped recipes (``recipes/<name>.toml`` and ``recipes/<name>/recipe.toml``)."""
+    root = data_dir("recipes")
+    return sorted([p.name[: -len(".toml")] for p in root.glob("*.toml")]
+                  + [p.parent.name for p in root.glob("*/recipe.toml")])
+
+
+def recipe_path(name: str) -> Path | None:
+    """The file of the shipped recipe ``name``, or None."""
+    root = data_dir("recipes")
+    for path in (root / f"{name}.toml", root / name / "recipe.toml"):
+        if "/" not in name and name not in ("", ".", "..") and path.is_file():
+            return path
+    return None
 
 
 def load_recipe(name: str) -> Recipe:
     """Load and validate the shipped recipe ``name``; UsageError if there is none of that name."""
-    path = data_dir("recipes") / f"{name}.toml"
-    if not path.is_file():
+    path = recipe_path(name)
+    if path is None:
+        names = recipe_names()
         raise UsageError(
-            f"no build recipe named {name!r} (shipped: {', '.join(recipe_names()) or 'none'})",
-            hint="t4patch build llama.cpp  or  t4patch build mistral.rs",
+            f"no build recipe named {name!r} (shipped: {', '.join(names) or 'none'})",
+            hint="  or  ".join(f"t4patch build {n}" for n in names) or "reinstall t4patch",
         )
     return load_recipe_file(path)
 
@@ -155,9 +179,35 @@ RECIPE_SCHEMA = Table(
 )
 
 
+# A torch-extension recipe (kind = "torch-extension"), stated once; the sections are builder/extension.py's.
+EXTENSION_RECIPE_SCHEMA = Table(
+    {
+        "schema": Int(),
+        "name": Str(),
+        "kind": Str(),
+        "summary": Str(),
+        "min_free_gib": Number(),
+        **EXTENSION_SECTIONS,
+        "known_failure": optional(ListOf(Table({"pattern": Str(), "explanation": Str()}))),
+    }
+)
+
+
 def load_recipe_file(path: Path) -> Recipe:
     """Read, check and build the recipe in ``path`` (a shipped one or a copy)."""
-    return parse_recipe(read(path, RECIPE_SCHEMA, RECIPE), path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise RECIPE.fail(path, "expected a TOML file, found nothing there") from None
+    except OSError as exc:
+        raise RECIPE.fail(path, f"expected a readable TOML file, found an unreadable one ({exc})") from None
+    try:
+        doc = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RECIPE.fail(path, f"expected a readable UTF-8 TOML file, found an unreadable one ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RECIPE.fail(path, f"expected valid TOML, found a syntax error ({exc})") from None
+    return parse_recipe(doc, path, data)
 
 
 def _fail(origin: Path | None, message: str) -> T4PatchError:
@@ -183,11 +233,21 @@ def _check_versions(origin: Path | None, where: str, tools: dict[str, str]) -> N
             raise _fail(origin, f"{where}.{tool}: minimum version {version!r} is not like '3.18' or '1.88.0'")
 
 
-def parse_recipe(doc: dict[str, Any], origin: Path | None = None) -> Recipe:
-    """Validate a recipe document (already parsed TOML) and build a :class:`Recipe`."""
+def parse_recipe(doc: dict[str, Any], origin: Path | None = None, data: bytes | None = None) -> Recipe:
+    """Validate a recipe document (already parsed TOML) and build a :class:`Recipe`.
+
+    ``data``: the file's bytes (a torch-extension recipe's hash covers them; it needs ``origin`` too, for the
+    diff beside it)."""
     schema = doc.get("schema")
     if isinstance(schema, int) and not isinstance(schema, bool) and schema != RECIPE_SCHEMA_VERSION:
         raise _fail(origin, f"schema {schema} is not supported (this t4patch reads schema {RECIPE_SCHEMA_VERSION})")
+    if "kind" in doc:
+        if doc["kind"] != KIND:
+            raise _fail(origin, f"kind {doc['kind']!r} is not one this t4patch builds (known: {KIND!r}; an engine "
+                        "recipe has no kind)")
+        if origin is None or data is None:
+            raise _fail(origin, f"a {KIND} recipe is read from its file (its diff lies beside it)")
+        return _parse_extension_recipe(doc, origin, data)
     doc = check(doc, RECIPE_SCHEMA, RECIPE, origin or "<recipe>")
     name = doc["name"]
     if origin is not None and origin.name != f"{name}.toml":
@@ -322,4 +382,46 @@ def parse_recipe(doc: dict[str, Any], origin: Path | None = None) -> Recipe:
         path=origin,
         tests_argv=tests_argv,
         tests_files=tests_files,
+    )
+
+
+def _parse_extension_recipe(doc: dict[str, Any], origin: Path, data: bytes) -> Recipe:
+    doc = check(doc, EXTENSION_RECIPE_SCHEMA, RECIPE, origin)
+    name = doc["name"]
+    if origin.name != "recipe.toml" or origin.parent.name != name:
+        raise _fail(origin, f"name {name!r} does not match the recipe's place (expected {name}/recipe.toml)")
+    if doc["min_free_gib"] < 0:
+        raise _fail(origin, "min_free_gib must be >= 0")
+    cuda_tools = dict(doc.get("cuda", {}).get("tools", {}))
+    _check_versions(origin, "[cuda].tools", cuda_tools)
+    spec = parse_extension(doc, origin, data, RECIPE)
+    failures = []
+    for i, raw in enumerate(doc.get("known_failure", []), start=1):
+        try:
+            failures.append(KnownFailure(re.compile(raw["pattern"]), raw["explanation"]))
+        except re.error as exc:
+            raise _fail(origin, f"known_failure[{i}]: pattern {raw['pattern']!r} is not a valid regular expression "
+                        f"({exc})") from exc
+    return Recipe(
+        name=name,
+        summary=doc["summary"],
+        repository="",  # an extension comes from its pinned archive (spec.sdist), not from a clone
+        default_ref="",
+        build_dir="build",
+        min_free_gib=float(doc["min_free_gib"]),
+        cpu_variant=False,
+        source_markers=(),
+        tools={},
+        cuda_tools=cuda_tools,
+        cuda_libraries=(),
+        nvcc_on_path=False,
+        steps=(),
+        env={},
+        cuda_env={},
+        artifact_files=(spec.library,),
+        cuda_artifacts=(spec.library,),
+        require=(),  # PTX only by design: the plan is a PTX-only build (no SASS may be there at all)
+        known_failures=tuple(failures),
+        path=origin,
+        extension=spec,
     )

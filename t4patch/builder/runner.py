@@ -155,6 +155,7 @@ class StepResult:
     log_span: tuple[int, int] = (0, 0)  # byte offsets [start, end) of the command's output in the build log
     output: str | None = None  # captured standard output (lookup commands only)
     start_error: str | None = None
+    action: str | None = None  # a step t4patch did itself (no command): what it did
 
     @property
     def ok(self) -> bool:
@@ -168,6 +169,8 @@ class StepResult:
             doc["output"] = self.output
         if self.start_error is not None:
             doc["start_error"] = self.start_error
+        if self.action is not None:
+            doc["action"] = self.action
         return doc
 
 
@@ -176,6 +179,10 @@ class StepRunner(Protocol):
 
     def run(self, step: PlannedStep, argv: tuple[str, ...], *, index: int, total: int,
             capture: bool = False) -> StepResult: ...
+
+    def run_batch(self, step: PlannedStep, *, jobs: int, index: int, total: int) -> list[StepResult]:
+        """Every command of ``step.batch``, up to ``jobs`` at a time; stops starting new ones after a failure."""
+        ...
 
 
 class LogRunner:
@@ -188,6 +195,87 @@ class LogRunner:
     def run(self, step: PlannedStep, argv: tuple[str, ...], *, index: int, total: int,
             capture: bool = False) -> StepResult:
         return run_step(step, argv, self.log, self.printer, index=index, total=total, capture=capture)
+
+    def run_batch(self, step: PlannedStep, *, jobs: int, index: int, total: int) -> list[StepResult]:
+        return run_batch(step, self.log, self.printer, jobs=jobs, index=index, total=total)
+
+
+def run_batch(step: PlannedStep, log: Path, printer: StatusPrinter, *, jobs: int, index: int,
+              total: int) -> list[StepResult]:
+    """Run the independent commands of ``step.batch``, ``jobs`` at a time (an extension's compiles).
+
+    Each command's whole output is appended to ``log`` as one section when it ends (so sections never
+    interleave); the status line counts finished commands. After the first failure no new command starts,
+    the running ones finish, and the results so far are returned (the pipeline raises for the failed one).
+    Ctrl-C / SIGTERM stop every running command's process tree and propagate."""
+    import threading
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    commands = list(step.batch)
+    printer.start(index, total, step.name, (f"{len(commands)} commands, up to {jobs} at a time",))
+    started = time.monotonic()
+    lock = threading.Lock()
+    running: set[subprocess.Popen] = set()
+    results: list[StepResult] = []
+    failed = threading.Event()
+
+    def one(argv: tuple[str, ...]) -> StepResult:
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(list(argv), cwd=step.cwd, env={**os.environ, **step.env}, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:
+            failed.set()
+            return StepResult(step.name, argv, str(step.cwd), dict(step.env), time.monotonic() - t0, None,
+                              start_error=exc.strerror or str(exc))
+        with lock:
+            running.add(proc)
+        output, _ = proc.communicate()
+        with lock:
+            running.discard(proc)
+        seconds = time.monotonic() - t0
+        with lock, log.open("ab") as fh:
+            fh.write(f"\n### t4patch step {step.name} ({time.strftime('%Y-%m-%d %H:%M:%S')})\n### cwd: {step.cwd}\n"
+                     f"### argv: {argv!r}\n".encode())
+            span_start = fh.tell()
+            fh.write(output)
+            span_end = fh.tell()
+            fh.write(f"\n### t4patch step {step.name}: exit {proc.returncode} after {seconds:.1f}s\n".encode())
+        if proc.returncode != 0:
+            failed.set()
+        return StepResult(step.name, argv, str(step.cwd), dict(step.env), seconds, proc.returncode,
+                          log_span=(span_start, span_end))
+
+    step.cwd.mkdir(parents=True, exist_ok=True)
+    pending = list(commands)
+    futures: set[Future[StepResult]] = set()
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        try:
+            while pending or futures:
+                while pending and len(futures) < jobs and not failed.is_set():
+                    futures.add(pool.submit(one, pending.pop(0)))
+                if not futures:
+                    break
+                done, futures = wait(futures, return_when=FIRST_COMPLETED)
+                for future in done:
+                    result = future.result()
+                    results.append(result)
+                    ok = sum(r.ok for r in results)
+                    printer.update(step.name, started, Progress(100.0 * ok / len(commands),
+                                   f"[{ok}/{len(commands)}] {_batch_label(result.argv)}"
+                                   f" ({result.seconds:.0f}s)" + ("" if result.ok else " FAILED")))
+                    printer.last_percent = 100.0 * ok / len(commands)
+        except BaseException:
+            failed.set()
+            with lock:
+                live = list(running)
+            for proc in live:
+                stop_process_group(proc)
+            printer.done(step.name, time.monotonic() - started, False)
+            raise
+    printer.done(step.name, time.monotonic() - started, all(r.ok for r in results) and len(results) == len(commands))
+    order = {argv: i for i, argv in enumerate(commands)}
+    return sorted(results, key=lambda r: order.get(r.argv, len(order)))
 
 
 def run_step(step: PlannedStep, argv: tuple[str, ...], log: Path, printer: StatusPrinter, *, index: int,
@@ -248,6 +336,13 @@ def run_step(step: PlannedStep, argv: tuple[str, ...], log: Path, printer: Statu
     printer.done(step.name, seconds, returncode == 0)
     return StepResult(step.name, argv, str(step.cwd), dict(step.env), seconds, returncode, last_percent,
                       (span_start, span_end), captured.decode("utf-8", "replace") if capture else None)
+
+
+def _batch_label(argv: tuple[str, ...]) -> str:
+    """What a batch command works on, for the status line: the file after ``-c`` (a compile), else the tool."""
+    if "-c" in argv[:-1]:
+        return Path(argv[argv.index("-c") + 1]).name
+    return Path(argv[0]).name
 
 
 def step_failure(result: StepResult, log: Path, stream: TextIO, known_failures: tuple[KnownFailure, ...] = (),

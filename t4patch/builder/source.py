@@ -1,5 +1,7 @@
 """Which source was built: the resolved commit, proven to be the one asked for, or a content digest.
 
+(A torch extension's source is its pinned archive: ``kind = "sdist"``, every file checked against its pin.)
+
 "Built llama.cpp 7182ef71e" is only true if HEAD after the checkout *is* that commit: a branch of the same
 name, a moved tag or a failed checkout would otherwise go into the record unnoticed. For ``--source DIR``
 that is not a git checkout (an sdist's vendored tree) there is no commit, so the record carries a sha256
@@ -30,9 +32,13 @@ class SourceIdentity:
     describe: str | None  # `git describe --tags --always` (git)
     dirty: bool | None  # uncommitted changes in the work tree (git)
     tree_sha256: str | None  # digest over all files (directory without git)
-    files: int | None
+    files: int | None  # files digested (directory), or pinned files read (sdist)
+    archive_sha256: str | None = None  # sdist: the archive's sha256 (None for an unpacked tree)
 
     def to_dict(self) -> dict[str, object]:
+        if self.kind == "sdist":
+            return {"kind": self.kind, "path": str(self.path), "archive_sha256": self.archive_sha256,
+                    "pinned_files": self.files}
         return {
             "kind": self.kind,
             "path": str(self.path),

@@ -1,8 +1,8 @@
-"""`t4patch build llama.cpp|mistral.rs`: build an engine for one GPU architecture (sm_75 by default).
+"""`t4patch build RECIPE`: build an engine (llama.cpp, mistral.rs) or a torch extension for one GPU architecture.
 
 Order of work: load the recipe, plan, preflight (every failed check on its own line, then one
 ToolMissingError), then either print the plan (``--dry-run``) or run it with progress, a full log, the
-artifact architecture check and a build record.
+artifact architecture check and a build record. The targets are the shipped recipes (``recipes/``).
 """
 
 from __future__ import annotations
@@ -18,22 +18,24 @@ from t4patch.output import emit_json, say
 DESCRIPTION = """\
 Build llama.cpp or mistral.rs for one NVIDIA architecture (default: sm_75, Tesla T4) with real machine
 code, check the artifacts for that architecture, and write build-record.json next to the log.
-Without --source the recipe's pinned ref is cloned into OUT/src (--ref picks another)."""
+Without --source the recipe's pinned ref is cloned into OUT/src (--ref picks another).
+A torch-extension recipe (the Marlin sm_75 library) is built from its pinned source archive
+(--source ARCHIVE_OR_TREE, else the recipe's environment variable, else ~/.cache/t4patch/sdists/) as
+PTX only, into the t4patch cache (~/.cache/t4patch/extensions/), where the code that loads it finds it."""
 
 
 def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from t4patch.builder.recipe import recipe_names
-
-    try:
-        names = recipe_names()
-    except Exception:  # noqa: BLE001 - data missing is reported when the command runs, not at parser build
-        names = ["llama.cpp", "mistral.rs"]
-    parser = subparsers.add_parser("build", help="build llama.cpp / mistral.rs for sm_75 and check the result",
-                                   description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("engine", choices=names, help="what to build")
+    parser = subparsers.add_parser("build", help="build llama.cpp / mistral.rs / a torch extension for sm_75 and check "
+                                   "the result", description=DESCRIPTION,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    # The recipe name is checked when the command runs (load_recipe lists the shipped ones), so broken or missing
+    # recipe data is a one-line error of `build` itself, not of every command's parser.
+    parser.add_argument("engine", metavar="RECIPE", help="what to build: one of the recipes shipped in recipes/ "
+                        "(llama.cpp, mistral.rs, and the torch extensions; a wrong name lists them)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--ref", metavar="REF", help="tag, branch or commit to clone (default: the recipe's pinned ref)")
-    source.add_argument("--source", metavar="DIR", type=Path, help="build this existing source tree instead of cloning")
+    source.add_argument("--source", metavar="DIR", type=Path, help="build this existing source tree instead of cloning "
+                        "(a torch extension: its source archive or the unpacked tree)")
     parser.add_argument("--repo", metavar="URL", help="clone from this URL (a mirror) instead of the recipe's repository")
     parser.add_argument("--arch", default="75", help="architecture: 75 (default, Tesla T4), sm_75 or 7.5, one of the "
                         "GPU table's; 'cpu' for a CPU-only llama.cpp")
@@ -61,9 +63,14 @@ def run(args: argparse.Namespace) -> int:
 
     recipe = load_recipe(args.engine)
     nvcc = find_nvcc()
+    toolchain = None
+    if recipe.extension is not None:
+        from t4patch.builder.extension_build import toolchain_for
+
+        toolchain = toolchain_for(recipe)
     plan = plan_build(recipe, arch=args.arch, jobs=args.jobs, out=args.out, ref=args.ref, source_dir=args.source,
                       repository=args.repo, features=tuple(args.feature), nvcc=nvcc,
-                      with_tests=args.with_tests, ptx_only=args.ptx_only)
+                      with_tests=args.with_tests, ptx_only=args.ptx_only, toolchain=toolchain)
     command_line = _command_line(args)
     if plan.source.mode == "reuse":
         from t4patch.builder.source import check_reused_clone
@@ -102,8 +109,11 @@ def run(args: argparse.Namespace) -> int:
     source = record["source"] or {}
     say(f"built {recipe.name} for {'the CPU' if plan.arch is None else plan.arch.name} in "
         f"{format_seconds(record['durations']['total'])}")
-    say(f"source  {source.get('commit') or 'tree sha256 ' + str(source.get('tree_sha256'))}"
-        + (" (verified against --ref " + str(source.get('requested_ref')) + ")" if source.get("ref_verified") else ""))
+    if source.get("kind") == "sdist":
+        say(f"source  {source.get('path')} ({source.get('pinned_files')} pinned files, each sha256-checked)")
+    else:
+        say(f"source  {source.get('commit') or 'tree sha256 ' + str(source.get('tree_sha256'))}"
+            + (" (verified against --ref " + str(source.get('requested_ref')) + ")" if source.get("ref_verified") else ""))
     if report is not None:
         say(render_report(report))
     else:

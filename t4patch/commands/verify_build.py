@@ -9,7 +9,6 @@ recipe rules (which files must carry CUDA code, SASS or PTX text required).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from t4patch.cli_options import add_json_option
@@ -34,6 +33,7 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 
 def run(args: argparse.Namespace) -> int:
+    from t4patch.builder.artifacts import missing_path_hint, record_rules
     from t4patch.cuda.arch import parse_build_target
     from t4patch.errors import UsageError, VerificationError
     from t4patch.verify.artifacts.check import check_artifacts, collect_files, is_binary_candidate, render_report
@@ -41,8 +41,9 @@ def run(args: argparse.Namespace) -> int:
 
     for path in args.paths:
         if not path.exists():
-            raise UsageError(f"{path} does not exist", hint="t4patch verify build ./t4patch-build/llama.cpp-sm75")
-    recorded, require, cuda_files, engine = _record_rules(args.paths)
+            raise UsageError(f"{path} does not exist", hint=missing_path_hint(path, args.arch))
+    rules = record_rules(args.paths)
+    recorded, require, cuda_files, engine = rules.arch, rules.require, rules.cuda_files, rules.recipe
     arch = parse_build_target(args.arch if args.arch is not None else recorded or "75")
     if arch is None:
         raise UsageError("--arch cpu has no GPU code to verify", hint="t4patch verify build PATH --arch 75")
@@ -56,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
         where = ", ".join(str(p) for p in args.paths)
         raise UsageError(f"no ELF/.a/.fatbin files under {where}",
                          hint=f"pass a build output directory or its libraries/binaries, or build first: {rebuild}")
-    report = check_artifacts(files, arch, require=require, cuda_files=cuda_files, use_cuobjdump=not args.no_cuobjdump)
+    report = check_artifacts(files, arch, require=require, cuda_files=cuda_files, use_cuobjdump=not args.no_cuobjdump,
+                             ptx_only=rules.ptx_only)
     if args.json:
         emit_json("verify build", {"ok": report.ok, **report.to_dict()})
     else:
@@ -69,27 +71,3 @@ def run(args: argparse.Namespace) -> int:
                         rebuild if engine else None),
         )
     return 0
-
-
-def _record_rules(paths: list[Path]) -> tuple[str | None, tuple[str, ...], tuple[Path, ...], str | None]:
-    """(arch, require, CUDA artifact files, engine) from a build-record.json in a single directory argument."""
-    if len(paths) != 1 or not paths[0].is_dir() or not (paths[0] / "build-record.json").is_file():
-        return None, (), (), None
-    from t4patch.builder.recipe import load_recipe
-    from t4patch.errors import UsageError
-
-    record_path = paths[0] / "build-record.json"
-    try:
-        record = json.loads(record_path.read_text(encoding="utf-8"))
-        recipe = load_recipe(str(record["recipe"]))
-        arch = str(record["arch"])
-        build_dir = Path(record["build_dir"])
-    except (OSError, ValueError, KeyError) as exc:
-        raise UsageError(f"{record_path} is not a t4patch build record ({exc})",
-                         hint="pass the artifact files themselves") from exc
-    if not build_dir.is_dir():  # the output directory was moved: the record's build dir is relative to it
-        build_dir = paths[0] / recipe.build_dir
-    cuda_files = tuple(Path(p).resolve() for pattern in recipe.cuda_artifacts for p in build_dir.glob(pattern))
-    # a --ptx-only build carries PTX by design: the recipe's SASS requirement does not apply to it
-    require = tuple(r for r in recipe.require if not (record.get("ptx_only") and r == "sass"))
-    return arch, require, cuda_files, recipe.name

@@ -206,8 +206,13 @@ def test_verify_build_without_binaries_is_a_usage_error(tmp_path: Path) -> None:
         with pytest.raises(UsageError, match="no ELF/.a/.fatbin files under") as info:
             _verify([str(target), "--no-cuobjdump"])
         assert info.value.exit_code == 2 and "t4patch build llama.cpp --arch 75" in info.value.hint
-    (tmp_path / "build-record.json").write_text(json.dumps(
-        {"recipe": "mistral.rs", "arch": "75", "build_dir": str(tmp_path / "target")}))
+    from t4patch.builder.record import BuildRecord
+
+    record = BuildRecord(t4patch="0", command="t4patch build mistral.rs", recipe="mistral.rs", recipe_sha256=None,
+                         arch="75", cuda=True, features=[], with_tests=False, ptx_only=False, jobs=1, out=str(tmp_path),
+                         build_dir=str(tmp_path / "target"), log=str(tmp_path / "build.log"), requested={}, env={},
+                         flags={}, tools={}, host={}, started="2026-12-01T00:00:00+00:00", status="ok")
+    (tmp_path / "build-record.json").write_text(json.dumps(record.to_dict()))
     with pytest.raises(UsageError) as info:
         _verify([str(tmp_path), "--no-cuobjdump"])
     assert "t4patch build mistral.rs --arch 75" in info.value.hint

@@ -84,16 +84,21 @@ def test_test_artifacts_are_collected_only_with_tests(tmp_path):
 
 
 def test_verify_build_drops_the_sass_rule_for_a_ptx_only_record(tmp_path):
-    from t4patch.commands.verify_build import _record_rules
+    from t4patch.builder.artifacts import record_rules
+    from t4patch.builder.record import BuildRecord
 
     out = tmp_path / "out"
     (out / "build").mkdir(parents=True)
-    record = {"recipe": "llama.cpp", "arch": "75", "build_dir": str(out / "build"), "ptx_only": True}
-    (out / "build-record.json").write_text(json.dumps(record))
-    assert "sass" not in _record_rules([out])[1]
-    record["ptx_only"] = False
-    (out / "build-record.json").write_text(json.dumps(record))
-    assert "sass" in _record_rules([out])[1]
+    record = BuildRecord(t4patch="0", command="t4patch build llama.cpp --ptx-only", recipe="llama.cpp",
+                         recipe_sha256=None, arch="75", cuda=True, features=[], with_tests=False, ptx_only=True, jobs=1,
+                         out=str(out), build_dir=str(out / "build"), log=str(out / "build.log"), requested={}, env={},
+                         flags={}, tools={}, host={}, started="2026-12-01T00:00:00+00:00", status="ok")
+    (out / "build-record.json").write_text(json.dumps(record.to_dict()))
+    rules = record_rules([out])
+    assert "sass" not in rules.require and rules.ptx_only  # and the check then wants PTX only, no SASS
+    record.ptx_only = False
+    (out / "build-record.json").write_text(json.dumps(record.to_dict()))
+    assert "sass" in record_rules([out]).require
 
 
 def test_the_command_line_is_recorded_with_the_flags():

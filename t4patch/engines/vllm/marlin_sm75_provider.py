@@ -1,6 +1,7 @@
 """Provider ``vllm-sm75`` (registered in t4patch.engines.vllm.engine): vLLM 0.33.0's Marlin as compute_75 PTX, run on any NVIDIA GPU with T4 host values.
 
-Evidence class: "sm_75 code executed on sm_XX through PTX JIT, T4 host parameters emulated". The library
+Evidence class (named by :func:`t4patch.evidence.ptx_jit`): "sm_75 code executed on sm_XX through PTX JIT, T4
+host parameters emulated". The library
 comes from :mod:`t4patch.engines.vllm.marlin_sm75` (built once from the vLLM sdist, cached by source hash).
 Because it holds PTX for compute_75 and no SASS, the driver JIT-compiles the Turing code and the kernels run
 their ``__CUDA_ARCH__ == 750`` branches — Turing's fp16-accumulating mma included — on whatever GPU is
@@ -22,10 +23,10 @@ All thresholds are in ``engine-data/vllm/marlin-sm75-emulation.toml``.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from t4patch import evidence
 from t4patch.contract import MARLIN_MAX_BLOCKS_PER_SM, FailureSink, MarlinProvider
 from t4patch.data.locations import data_dir
 from t4patch.data.reader import DataKind, ListOf, Number, Str, Table, read
@@ -46,7 +47,6 @@ _INTERLEAVE_4BIT = (0, 2, 4, 6, 1, 3, 5, 7)
 
 @dataclass(frozen=True)
 class EmulationConfig:
-    evidence_class: str
     guard_min_k: int
     guard_fp32_level: float
     guard_source: str
@@ -61,7 +61,8 @@ class EmulationConfig:
     sm90_source: str
 
     def evidence(self, capability: tuple[int, int]) -> str:
-        return self.evidence_class.format(sm=f"sm_{capability[0]}{capability[1]}")
+        """sm_75 PTX through driver JIT on the GPU that ran it, T4 host values emulated (t4patch.evidence)."""
+        return evidence.ptx_jit(capability, host_emulated=True)
 
 
 EMULATION_DATA = DataKind(
@@ -70,7 +71,6 @@ EMULATION_DATA = DataKind(
 )
 EMULATION_SCHEMA = Table({
     "schema": Number(),
-    "evidence_class": Str(),
     "turing_path_guard": Table({"min_k": Number(), "fp32_path_at_or_below": Number(), "source": Str()}),
     "awq": Table({"group_size": Number(), "weight_std": Number()}),
     "control": Table({"group_size": Number(), "m": ListOf(Number(), nonempty=True)}),
@@ -85,7 +85,6 @@ def load_config(path: Any = None) -> EmulationConfig:
     try:
         guard, awq, control, comp = doc["turing_path_guard"], doc["awq"], doc["control"], doc["comparison"]
         config = EmulationConfig(
-            evidence_class=str(doc["evidence_class"]),
             guard_min_k=int(guard["min_k"]),
             guard_fp32_level=float(guard["fp32_path_at_or_below"]),
             guard_source=str(guard["source"]),
@@ -101,8 +100,6 @@ def load_config(path: Any = None) -> EmulationConfig:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise EMULATION_DATA.fail(path, f"{type(exc).__name__}: {exc}") from exc
-    if "{sm}" not in config.evidence_class:
-        raise EMULATION_DATA.fail(path, "evidence_class: expected a text with {sm} (the GPU it ran on)")
     if not (0 < config.seed_low < config.seed_high) or config.guard_fp32_level <= 0 or config.guard_min_k <= 0:
         raise EMULATION_DATA.fail(path, "the comparison range and the guard must be positive")
     return config
@@ -166,10 +163,8 @@ def sm75_provider(target: Any, vllm_lib_path: str | None, *, capability: tuple[i
     from t4patch.engines.vllm import marlin_sm75
 
     config = load_config()
-    recipe = marlin_sm75.load_recipe()
-    sdist = vllm_lib_path or os.environ.get(marlin_sm75.SDIST_ENV)
-    built = marlin_sm75.build(recipe, sdist)
-    ops = marlin_sm75.load_ops(built, recipe)
+    built = marlin_sm75.marlin_library(vllm_lib_path)  # the sdist: this, else $T4PATCH_VLLM_SDIST, else the cache
+    ops = marlin_sm75.load_ops(built)
 
     def gemm(a, c, w, s, ws, m, n, k, use_atomic_add, use_fp32_reduce):
         return ops.marlin_gemm(a, c, w, None, s, None, None, None, ws, UINT4B8.id, m, n, k, use_atomic_add, use_fp32_reduce, False)
@@ -177,15 +172,15 @@ def sm75_provider(target: Any, vllm_lib_path: str | None, *, capability: tuple[i
     def repack(q, k, n):
         return ops.gptq_marlin_repack(q, k, n, 4, False)
 
-    record = built.record
+    record = {**built.facts, "seconds": built.seconds, "jobs": built.jobs}  # the build record's extension facts
     info = {
         "evidence_class": config.evidence(capability),
         "vllm": {
-            "source": f"vLLM {recipe.version} sdist, compiled by t4patch as {recipe.gencode} (PTX only), torch.ops.{recipe.namespace}",
-            "distribution": {"version": recipe.version, "root": record.get("source", {}).get("path")},
+            "source": f"vLLM {built.version} sdist, compiled by t4patch as {built.gencode} (PTX only), torch.ops.{built.namespace}",
+            "distribution": {"version": built.version, "root": record.get("source", {}).get("path")},
             "library": {
-                "path": str(built.library),
-                "given": str(built.library),
+                "path": str(built.path),
+                "given": str(built.path),
                 "sha256": record["library"]["sha256"],
                 "identified_as": None,
             },

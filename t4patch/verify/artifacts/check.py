@@ -4,7 +4,8 @@ Run after every build and by ``t4patch verify build PATH``. Rules, for target sm
 
 * a file with fatbin code must hold SASS for sm_XY, and in every fatbin container (one per CUDA
   translation unit): a container with only PTX is JIT-compiled at first use, a container with SASS for
-  other GPUs only does not run at all;
+  other GPUs only does not run at all; a build that is PTX only by design (``--ptx-only``, a torch
+  extension) must instead hold PTX for compute_XY and nothing else, no SASS at all;
 * PTX text embedded outside fatbins (candle) must target sm_XY or lower (the driver cannot JIT PTX for a
   newer target), and the build must contain some for sm_XY when the recipe requires ``ptx-text``;
 * a recipe's ``require`` (``sass`` / ``ptx-text``) must be met somewhere, and the files it names as CUDA
@@ -105,8 +106,13 @@ def collect_files(paths: list[Path]) -> list[Path]:
     return list(seen)
 
 
-def check_file(path: Path, arch: Arch, *, cuobjdump: str | None, must_have_cuda: bool = False) -> ArtifactResult:
-    """Check one file for ``arch`` code; ``cuobjdump`` is the tool to cross-check with (None: no cross-check)."""
+def check_file(path: Path, arch: Arch, *, cuobjdump: str | None, must_have_cuda: bool = False,
+               ptx_only: bool = False) -> ArtifactResult:
+    """Check one file for ``arch`` code; ``cuobjdump`` is the tool to cross-check with (None: no cross-check).
+
+    ``ptx_only``: the build is PTX for the arch by design (``--ptx-only``, a torch extension), so its fatbin
+    code must be exactly PTX for compute_XY and no SASS at all (any SASS would run instead of the JIT-compiled
+    Turing code on the GPU it is for)."""
     size = path.stat().st_size
     digest = sha256_file(path)
     problems: list[str] = []
@@ -115,7 +121,15 @@ def check_file(path: Path, arch: Arch, *, cuobjdump: str | None, must_have_cuda:
     want_sass = arch.sass
     number = arch.capability
     cuobj = None
-    if summary.containers:
+    if summary.containers and ptx_only:
+        want_ptx = f"compute_{number}"
+        if summary.sass:
+            problems.append(f"a PTX-only build carries SASS for {', '.join(arch_sorted(summary.sass))}: expected "
+                            f"PTX {want_ptx} only")
+        if set(summary.ptx) != {want_ptx}:
+            found = ", ".join(arch_sorted(summary.ptx)) or "none"
+            problems.append(f"expected PTX for {want_ptx} only, found PTX {found}")
+    elif summary.containers:
         if want_sass not in summary.sass:
             what = (f"SASS only for {', '.join(arch_sorted(summary.sass))}" if summary.sass
                     else "no SASS at all")
@@ -161,11 +175,13 @@ def check_artifacts(
     require: tuple[str, ...] = (),
     cuda_files: tuple[Path, ...] = (),
     use_cuobjdump: bool = True,
+    ptx_only: bool = False,
 ) -> ArtifactReport:
     """Check ``files`` for ``arch`` code (module docstring has the rules)."""
     cuobjdump = find_cuobjdump() if use_cuobjdump else None
     cuda_set = {p.resolve() for p in cuda_files}
-    results = [check_file(p, arch, cuobjdump=cuobjdump, must_have_cuda=p.resolve() in cuda_set) for p in files]
+    results = [check_file(p, arch, cuobjdump=cuobjdump, must_have_cuda=p.resolve() in cuda_set, ptx_only=ptx_only)
+               for p in files]
     problems: list[str] = []
     summaries = [r.summary for r in results]
     if not files:
