@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from t4patch import evidence
+from t4patch.cuda.arch import TURING_CAPABILITY
 from t4patch.errors import VerificationError
 from t4patch.output import table
 
@@ -11,19 +13,20 @@ COMMAND = "verify llama.cpp"
 
 
 def evidence_class(build: dict[str, Any], gpu_capability: str | None, backend: str) -> str:
-    """Which of the report classes the run belongs to, from what was built and where it ran."""
+    """Which of the report classes the run belongs to (t4patch.evidence's words), from what was built and where it
+    ran. A CPU-backend run makes no sm_75 claim at all, and says so; an unreadable GPU is "unknown"."""
     archs = str(build.get("CMAKE_CUDA_ARCHITECTURES", "")).replace(";", ",")
     if not backend.upper().startswith("CUDA"):
         return f"llama.cpp test-backend-ops on the {backend} backend (no GPU code ran)"
     if gpu_capability is None:
         return "unknown: no GPU capability could be read"
-    sm = "sm_" + gpu_capability.replace(".", "")
-    if gpu_capability == "7.5":
-        return f"measured on a T4-class GPU ({sm})"
+    capability = evidence.parse_capability(gpu_capability)
+    if capability == TURING_CAPABILITY:
+        return evidence.measured_on_t4(capability, board="T4-class GPU")
     if archs == "75-virtual":
-        return (f"sm_75 code executed on {sm} through PTX JIT (ggml dispatches by the highest compiled architecture); "
-                "host-side choices that read the device's own compute capability were NOT emulated")
-    return f"ran on {sm} with the build's own architectures ({archs or 'unknown'}): not the Turing code paths"
+        return (evidence.ptx_jit(capability, host_emulated=False) + " (ggml dispatches by the highest compiled "
+                "architecture); host-side choices that read the device's own compute capability were NOT emulated")
+    return f"{evidence.ran_on(capability)} with the build's own architectures ({archs or 'unknown'}): not the Turing code paths"
 
 
 def scope(evidence: str) -> list[str]:
