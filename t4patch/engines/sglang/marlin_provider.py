@@ -19,6 +19,7 @@ from t4patch.engines.requirements import companion
 from t4patch.engines.sglang import marlin as sglang_loader
 from t4patch.engines.sglang.marlin import SGLangJitCalled
 from t4patch.engines.vllm import marlin_provider as vllm_side
+from t4patch.environment import suggest
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment
 from t4patch.errors import ForeignFileError, MissingDependencyError, NotAppliedError
 from t4patch.verify.marlin import layout, quant
@@ -45,10 +46,10 @@ def check_patched(target: TargetEnvironment) -> tuple[InstalledDistribution, dic
         release = sglang_loader.patched_release()
         raise MissingDependencyError(
             f"expected SGLang {release} in {target.description}, found none",
-            hint=f"pip install sglang=={release} && t4patch apply sglang (or pass --site-packages DIR)",
+            hint=suggest.not_installed("sglang", target, f"sglang=={release}"),
         )
     patch_set = find_patch_set("sglang", dist.version)
-    where = f"--site-packages {dist.root}"
+    apply = suggest.command(target, "apply", f"sglang=={dist.version}")
     statuses = {s.target.path: s for s in file_statuses(patch_set, dist)}
     files = {}
     for path in SGLANG_TARGET_FILES:
@@ -57,20 +58,20 @@ def check_patched(target: TargetEnvironment) -> tuple[InstalledDistribution, dic
             # the patch set does not touch this file: the redirect cannot be in it
             raise NotAppliedError(
                 f"the sglang {dist.version} patch set does not patch {path}, where the Marlin redirect must live",
-                hint="t4patch validate; this is a defect of the patch set",
+                hint=f"{suggest.command(None, 'validate')}; this is a defect of the patch set",
             )
         if status.state == "pristine":
             raise NotAppliedError(
                 f"sglang {dist.version} in {dist.root} is not patched: {path} is the pristine file",
-                hint=f"t4patch apply sglang {where}",
+                hint=apply,
             )
         if status.state == "foreign":
             raise ForeignFileError(
                 f"{status.absolute} hashes to {status.sha256}, neither the pristine nor the patched sha256",
-                hint=f"reinstall sglang=={dist.version}, then t4patch apply sglang {where}",
+                hint=f"{dist.reinstall_command()} && {apply}",
             )
         if status.state == "missing":
-            raise MissingDependencyError(f"{status.absolute} is missing", hint=f"pip install sglang=={dist.version}")
+            raise MissingDependencyError(f"{status.absolute} is missing", hint=f"{dist.reinstall_command()} && {apply}")
         files[path] = {"state": status.state, "sha256": status.sha256}
     return dist, {"version": dist.version, "root": str(dist.root), "files": files}
 
