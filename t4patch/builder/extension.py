@@ -286,14 +286,16 @@ def torch_location() -> tuple[str | None, Path | None]:
     return torch_version, include if (include / "torch" / "csrc" / "stable" / "library.h").is_file() else None
 
 
-def cublas_candidates(nvcc: str | None) -> list[Path]:
-    """Where <cublas_v2.h> may be: $T4PATCH_CUBLAS_INCLUDE, the toolkit of nvcc, the nvidia-cublas wheels."""
+def cublas_candidates(nvcc: str | None, toolkit_roots: tuple[Path, ...] = ()) -> list[Path]:
+    """Where <cublas_v2.h> may be: $T4PATCH_CUBLAS_INCLUDE, the CUDA toolkit roots (the preflight's, which see
+    through an nvcc wrapper script), the toolkit beside nvcc, the nvidia-cublas wheels."""
     candidates: list[Path] = []
     if os.environ.get(CUBLAS_INCLUDE_ENV):
         candidates.append(Path(os.environ[CUBLAS_INCLUDE_ENV]).expanduser())
-    if nvcc:
-        root = Path(nvcc).resolve().parent.parent
-        candidates += [root / "include", root / "targets" / "x86_64-linux" / "include"]
+    roots = list(toolkit_roots) + ([Path(nvcc).resolve().parent.parent] if nvcc else [])
+    for root in dict.fromkeys(roots):
+        candidates += [root / "include", root / "targets" / "x86_64-linux" / "include",
+                       root / "targets" / "sbsa-linux" / "include"]
     sites = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *sys.path])
     for site in sites:
         if site:
@@ -301,7 +303,8 @@ def cublas_candidates(nvcc: str | None) -> list[Path]:
     return candidates
 
 
-def detect_toolchain(nvcc: str | None, nvcc_version: str | None, generator_imports: tuple[str, ...] = ()) -> Toolchain:
+def detect_toolchain(nvcc: str | None, nvcc_version: str | None, generator_imports: tuple[str, ...] = (),
+                     toolkit_roots: tuple[Path, ...] = ()) -> Toolchain:
     """The toolchain of this interpreter (the library is loaded into it), found without raising."""
     torch_version, include = torch_location()
     libraries: tuple[Path, ...] = ()
@@ -310,7 +313,7 @@ def detect_toolchain(nvcc: str | None, nvcc_version: str | None, generator_impor
         # the library must name them itself (libtorch_cuda only in CUDA builds of torch)
         libraries = tuple(p for p in (include.parent / "lib" / f"lib{n}.so" for n in ("torch", "torch_cpu", "torch_cuda"))
                           if p.is_file())
-    cublas = next((c for c in cublas_candidates(nvcc) if (c / "cublas_v2.h").is_file()), None)
+    cublas = next((c for c in cublas_candidates(nvcc, toolkit_roots) if (c / "cublas_v2.h").is_file()), None)
     missing = tuple(m for m in generator_imports if importlib.util.find_spec(m) is None)
     return Toolchain(nvcc, nvcc_version, torch_version, include, libraries, cublas, sys.executable,
                      sysconfig.get_config_var("SOABI") or "", missing)

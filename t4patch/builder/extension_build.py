@@ -17,7 +17,7 @@ from typing import TextIO
 
 from t4patch.builder.extension import Toolchain, detect_toolchain
 from t4patch.builder.plan import BuildPlan, plan_build
-from t4patch.builder.preflight import enforce, run_preflight, tool_version
+from t4patch.builder.preflight import cuda_roots, enforce, run_preflight, tool_version
 from t4patch.builder.recipe import Recipe
 from t4patch.builder.record import BuildRecord, read_record
 from t4patch.cuda.nvcc import find_nvcc
@@ -38,7 +38,8 @@ def toolchain_for(recipe: Recipe) -> Toolchain:
     assert recipe.extension is not None
     nvcc = find_nvcc()
     version = tool_version("nvcc", executable=nvcc)[1] if nvcc else None
-    return detect_toolchain(nvcc, version, recipe.extension.generate_imports)
+    roots = tuple(cuda_roots(nvcc)) if nvcc else ()
+    return detect_toolchain(nvcc, version, recipe.extension.generate_imports, roots)
 
 
 def command_line(recipe: Recipe, source: Path | None = None, jobs: int | None = None) -> str:

@@ -208,7 +208,7 @@ def run_preflight(
     checks: list[Check] = []
 
     tools = dict(recipe.tools)
-    if plan.source.mode != "directory":
+    if plan.source.mode in ("clone", "reuse"):
         tools.setdefault("git", "2.20")
     if plan.cuda:
         tools.update(recipe.cuda_tools)
@@ -339,7 +339,7 @@ def _extension_checks(plan: BuildPlan) -> list[Check]:
         checks.append(Check("torch", True, tc.torch_version or "?", f"torch {tc.torch_version} at {tc.torch_include.parent} "
                             f"({tc.python}, which loads the library)"))
     if tc.cublas_include is None:
-        looked = ", ".join(str(c) for c in cublas_candidates(tc.nvcc)[:3])
+        looked = ", ".join(str(c) for c in cublas_candidates(tc.nvcc, tuple(cuda_roots(tc.nvcc)) if tc.nvcc else ())[:3])
         checks.append(Check("cublas header", False, "not found", f"the sources include <cublas_v2.h>; found it in none of "
                             f"{looked}, ...", f"{tc.python} -m pip install nvidia-cublas, or install the CUDA toolkit's "
                             f"cuBLAS headers, or set {CUBLAS_INCLUDE_ENV}=DIR"))

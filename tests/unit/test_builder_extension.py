@@ -363,7 +363,7 @@ def test_a_failed_compile_names_the_log_and_keeps_the_record(host, monkeypatch):
 def test_the_preflight_names_every_missing_piece_before_anything_runs(host, tmp_path, monkeypatch):
     recipe, _, _ = host
     monkeypatch.delenv("T4PATCH_CUBLAS_INCLUDE")
-    monkeypatch.setattr(ext, "cublas_candidates", lambda nvcc: [tmp_path / "nowhere"])
+    monkeypatch.setattr(ext, "cublas_candidates", lambda nvcc, roots=(): [tmp_path / "nowhere"])
     with pytest.raises(ToolMissingError, match="preflight failed .*cublas header, source archive"):
         ensure_built(recipe, source=tmp_path / "no-such.tar.gz", stream=io.StringIO())
     assert not list((tmp_path / "xdg").rglob("build.log"))  # nothing ran
