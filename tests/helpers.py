@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from t4patch.builder.recipe import Recipe, parse_recipe
@@ -284,18 +283,19 @@ def fake_recipe(tmp: Path, *, sm: str = "{arch}", mode: str = "ok", require: tup
 
 
 def cache_dir() -> Path:
-    """Where downloaded wheels (and sdists) are kept between runs."""
-    path = Path(os.environ.get("T4PATCH_WHEEL_CACHE", "~/.cache/t4patch/wheels")).expanduser()
+    """Where downloaded wheels are kept between runs: t4patch's own wheel cache (``cache_dir("wheels")``:
+    ``$T4PATCH_WHEEL_CACHE``, else ``$XDG_CACHE_HOME/t4patch/wheels``), the one ``wheel`` and ``port`` use."""
+    from t4patch.fileio.cache import cache_dir as t4patch_cache_dir
+
+    path = t4patch_cache_dir("wheels")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def _find_cached(name: str, version: str) -> Path | None:
-    prefix = f"{canonicalize_name(name).replace('-', '_')}-{version}-"
-    for wheel in sorted(cache_dir().glob("*.whl")):
-        if wheel.name.lower().startswith(prefix):
-            return wheel
-    return None
+    from t4patch.fileio.wheeltools import cached_release
+
+    return cached_release(name, version, cache_dir())
 
 
 _RAW_PROGRESS = re.compile(r"Progress (\d+) of (\d+)")
@@ -391,32 +391,28 @@ def extracted_wheel(wheel: Path, *, python_only: bool = True) -> Path:
     as pip would (``.data/`` directories skipped) and each one is checked against the wheel's RECORD. The
     tree is shared: copy it with :func:`site_from_extracted` before changing anything.
     """
-    from t4patch.environment.target import parse_record  # the code under test's own RECORD reader
+    from t4patch.fileio.wheeltools import Expected, open_release, wheel_release  # t4patch's own wheel reader
 
     target = cache_dir() / "extracted" / (wheel.name[: -len(".whl")] + ("-py" if python_only else ""))
     if (target / ".complete").is_file():
         return target
     staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
-    import zipfile
-
-    with zipfile.ZipFile(wheel) as zf:
-        record_name = next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))
-        record = parse_record(zf.read(record_name).decode("utf-8"))
+    said = wheel_release(wheel)
+    if said is None:
+        raise RuntimeError(f"{wheel} is not named like a wheel")
+    # open_release checks every member against RECORD (streamed); read() checks each extracted file again
+    with open_release(wheel, Expected(said[0], str(said[1]), role="cached wheel")) as opened:
         members = [
-            n for n in zf.namelist()
-            if not n.endswith("/") and ".data/" not in n.split(".dist-info/")[0]
+            n for n in (i.filename for i in opened.infos if not i.is_dir())
+            if ".data/" not in n.split(".dist-info/")[0]
             and (not python_only or n.endswith(".py") or ".dist-info/" in n)
         ]
         progress(f"extracting {len(members)} files of {wheel.name} into {target}")
         for name in members:
-            data = zf.read(name)
-            expected = record.get(name)
-            if expected is not None and sha(data) != expected:
-                raise RuntimeError(f"{wheel.name}: {name} does not match its RECORD")
             path = staging / name
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            path.write_bytes(opened.read(name))
     (staging / ".complete").write_text(f"{len(members)}\n")
     try:
         staging.rename(target)

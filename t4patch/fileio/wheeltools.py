@@ -377,7 +377,8 @@ def _check(path: Path, raw: BinaryIO, expected: Expected, fault: Callable[[str],
 # ---------------------------------------------------------------------------------- finding a release
 
 
-def _cached(name: str, version: str, cache: Path) -> Path | None:
+def cached_release(name: str, version: str, cache: Path) -> Path | None:
+    """The wheel of ``name==version`` in ``cache`` (by what its file name says; first in name order), or None."""
     want = (canonicalize_name(name), Version(version))
     hits = sorted(w for w in cache.glob("*.whl") if w.is_file() and wheel_release(w) == want)
     return hits[0] if hits else None
@@ -390,7 +391,7 @@ def find_release(name: str, version: str, explicit: Path | None = None, *, role:
     if explicit is not None:
         return explicit.expanduser()
     cache = cache_dir("wheels")
-    found = _cached(name, version, cache) if cache.is_dir() else None
+    found = cached_release(name, version, cache) if cache.is_dir() else None
     if found is not None:
         return found
     try:
@@ -401,7 +402,7 @@ def find_release(name: str, version: str, explicit: Path | None = None, *, role:
     argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
             "-q", "-d", str(cache), f"{name}=={version}"]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    found = _cached(name, version, cache)
+    found = cached_release(name, version, cache)
     if proc.returncode != 0 or found is None:
         last = ((proc.stderr or proc.stdout).strip().splitlines() or ["no output"])[-1][:200]
         raise T4PatchError(
