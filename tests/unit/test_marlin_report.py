@@ -218,7 +218,8 @@ def test_vllm_provider_missing_is_a_missing_dependency(tmp_path):
     target = resolve_target(None, str(tmp_path))
     with pytest.raises(MissingDependencyError, match="no vllm installation") as info:
         providers.make_provider("vllm", target, {}, (9, 0), ENGINES)
-    assert info.value.exit_code == 10 and "pip install --no-deps vllm==0.33.0" in str(info.value)
+    # aimed at the --site-packages directory, --no-deps (never vLLM's own dependency set)
+    assert info.value.exit_code == 10 and f"--target {tmp_path} --no-deps vllm==0.33.0" in str(info.value)
     with pytest.raises(MissingDependencyError, match="found nothing"):
         providers.make_provider("vllm", target, {"vllm_lib": str(tmp_path / "missing.so")}, (9, 0), ENGINES)
 

@@ -15,16 +15,21 @@ import ast
 import lzma
 import os
 import re
+import shlex
 import shutil
 import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from t4patch.data.locations import data_dir
 from t4patch.data.reader import DataKind, Int, ListOf, Str, Table, optional, read
 from t4patch.errors import DataFileError, MissingDependencyError
 from t4patch.fileio.hashing import sha256_file
+
+if TYPE_CHECKING:
+    from t4patch.environment.target import TargetEnvironment
 
 LIBRARY_NAME = "_C_stable_libtorch.abi3.so"
 LIBRARY = f"vllm/{LIBRARY_NAME}"  # the one home of its path inside site-packages (doctor, loaders, hints)
@@ -43,8 +48,12 @@ def companion_version() -> str:
     return (with_library or releases)[0].version if releases else "?"
 
 
-def install_hint() -> str:
-    return f"pip install --no-deps vllm=={companion_version()} beside the engine, or pass --vllm-lib PATH/{LIBRARY_NAME}"
+def install_hint(target: TargetEnvironment | None = None) -> str:
+    """Put the companion vLLM beside the engine (``--no-deps``: its own requirements would replace the engine's
+    torch), aimed at ``target``, else at this interpreter (`verify marlin` runs in the one that loads the
+    library: ``--python`` re-runs it there); or name the library itself."""
+    pip = target.pip_install() if target is not None else f"{shlex.quote(sys.executable)} -m pip install"
+    return f"{pip} --no-deps vllm=={companion_version()}, or pass --vllm-lib PATH/{LIBRARY_NAME}"
 
 
 def _series(version: str) -> str:
@@ -148,15 +157,16 @@ def _decompress(xz_path: Path) -> Path:
     return target
 
 
-def locate_library(explicit: str | None, vllm_root: Path | None) -> Path:
-    """The library to load: ``explicit`` (file or .xz) if given, else ``<vllm_root>/vllm/<LIBRARY_NAME>``."""
+def locate_library(explicit: str | None, vllm_root: Path | None, target: TargetEnvironment | None = None) -> Path:
+    """The library to load: ``explicit`` (file or .xz) if given, else ``<vllm_root>/vllm/<LIBRARY_NAME>``; the
+    hints install into ``target`` when given."""
     if explicit:
         path = Path(explicit).expanduser().resolve()
         if not path.is_file():
             raise MissingDependencyError(
                 f"--vllm-lib {explicit}: expected vLLM's {LIBRARY_NAME} (or its .xz), found "
                 + ("a directory" if path.is_dir() else "nothing"),
-                hint=install_hint(),
+                hint=install_hint(target),
             )
         return path
     if vllm_root is not None:
@@ -165,12 +175,12 @@ def locate_library(explicit: str | None, vllm_root: Path | None) -> Path:
             return path
         raise MissingDependencyError(
             f"vllm is installed in {vllm_root} but {path.name} is missing from it (a CPU or partial build?)",
-            hint=install_hint(),
+            hint=install_hint(target),
         )
     raise MissingDependencyError(
         f"expected vLLM {companion_version()}'s compiled Marlin kernels ({LIBRARY}) in the target "
         "environment, found no vllm installation",
-        hint=install_hint(),
+        hint=install_hint(target),
     )
 
 

@@ -87,7 +87,7 @@ def resolve_ops(target: TargetEnvironment, vllm_lib_path: str | None, *, need_wr
                 weight_type=weight_type,
                 info=info,
             )
-    library = vllm_lib.load_library(vllm_lib.locate_library(vllm_lib_path, dist.root if dist else None))
+    library = vllm_lib.load_library(vllm_lib.locate_library(vllm_lib_path, dist.root if dist else None, target))
     scalar_type_module = vllm_lib.load_scalar_type_module(library.vllm_dir / "scalar_type.py")
     library_type: Any = UINT4B8
     if scalar_type_module is not None:
