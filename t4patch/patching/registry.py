@@ -78,7 +78,11 @@ def _check_manifest_file(manifest: Path) -> None:
     problem = None
     if manifest.is_symlink() and not manifest.exists():
         problem = f"a symlink to {os.readlink(manifest)}, which does not exist"
-    elif manifest.is_file() and not os.access(manifest, os.R_OK):
+    elif manifest.is_dir():
+        problem = "a directory"
+    elif not manifest.is_file():
+        problem = "something that is not a regular file"
+    elif not os.access(manifest, os.R_OK):
         problem = "a file this user may not read"
     if problem:
         raise PatchSetError(

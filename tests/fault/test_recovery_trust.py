@@ -11,6 +11,8 @@ case here failed on main before this work (a9da0aa; docs/reliability.md lists ho
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -20,11 +22,13 @@ from typing import Any
 
 import pytest
 
+from t4patch.cli import main
 from t4patch.fileio import atomic
 from t4patch.patching import journal as jr
 from tests.helpers import CONFIG, CONFIG_PATCHED, KERNEL, KERNEL_PATCHED, Env, make_dist, sha
 
-from .test_bad_input import DIST_INFO, SPEC, site, tree
+from .test_bad_input import DIST_INFO, SPEC, _as_nobody, site, tree
+from .test_bad_input import shared_env as shared_env  # the fixture the unprivileged tests use
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "0123456789abcdef"
@@ -354,6 +358,23 @@ def test_dangling_manifest_symlink_is_a_data_error(env: Env, tmp_path: Path, cli
         assert tree(tmp_path) == before
     result = cli("list")
     assert result.code == 7 and str(manifest) in result.err, result.err
+
+
+@pytest.mark.parametrize("unreadable", ["manifest", "version directory"])
+def test_unreadable_manifest_is_a_data_error(shared_env: Env, tmp_path: Path, unreadable: str) -> None:
+    """A manifest (or its release's directory) this user may not read: exit 7 naming it, as a child running as
+    nobody sees it, never a release that is not there."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a child as another user")
+    manifest = shared_env.patches / "fakeengine" / "1.2.0" / "manifest.toml"
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        # warm: the child imports nothing new (the interpreter's own files may be unreadable to nobody)
+        assert main(["status", "--site-packages", str(shared_env.site)]) == 0
+    (manifest if unreadable == "manifest" else manifest.parent).chmod(0)
+    stderr = tmp_path / "stderr"
+    code = _as_nobody(["status", "--site-packages", str(shared_env.site)], stderr)
+    text = stderr.read_text()
+    assert code == 7 and text.count("\n") == 1 and str(manifest) in text, text
 
 
 def test_missing_temp_files_are_named_not_called_foreign(env: Env, tmp_path: Path, cli) -> None:
