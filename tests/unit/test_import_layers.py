@@ -238,3 +238,35 @@ def test_a_planted_cycle_is_reported(tree: Path):
 def test_a_literal_import_module_counts(tree: Path):
     (tree / "data" / "planted.py").write_text('import importlib\n\nimportlib.import_module("t4patch.engines")\n')
     assert "t4patch.data.planted (layer 0) imports t4patch.engines (layer 5)" in upward_imports(import_graph(tree))
+
+
+def engine_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(engine, other engine) for every import from one engine's package into another's."""
+    def engine_of(module: str) -> str | None:  # an engine package is t4patch.engines.<name> with an engine.py
+        parts = module.split(".")
+        if len(parts) > 2 and parts[:2] == ["t4patch", "engines"] and f"t4patch.engines.{parts[2]}.engine" in graph:
+            return parts[2]
+        return None
+
+    return {
+        (a, b)
+        for module, targets in graph.items()
+        for target in targets
+        if (a := engine_of(module)) and (b := engine_of(target)) and a != b
+    }
+
+
+def test_engines_reach_each_other_only_along_the_tables_redirects():
+    """SGLang's Marlin redirect forwards to vLLM (its MarlinSpec says redirect_to="vllm"), so sglang may import
+    vllm; nothing else crosses between engine packages, and never the other way (no cycle through the table)."""
+    from t4patch.commands.engine_table import ENGINES
+
+    declared = {(e.name, s.redirect_to) for e in ENGINES for s in e.marlin if s.redirect_to}
+    found = engine_imports(GRAPH)
+    assert found <= declared, f"engine packages import each other outside the table's redirects: {found - declared}"
+    assert not {(b, a) for a, b in found} & found
+
+
+def test_a_planted_engine_back_edge_is_reported(tree: Path):
+    (tree / "engines" / "vllm" / "planted.py").write_text("from t4patch.engines.sglang import doctor\n")
+    assert ("vllm", "sglang") in engine_imports(import_graph(tree))
