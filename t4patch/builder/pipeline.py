@@ -13,13 +13,15 @@ command's outcome is a typed :class:`~t4patch.builder.runner.StepResult` that go
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import fcntl
 import glob
 import os
 import platform
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ from t4patch.builder.source import (
     resolve_checkout,
     unresolved_ref,
 )
-from t4patch.errors import BuildError, T4PatchError, VerificationError
+from t4patch.errors import BuildError, LockBusyError, T4PatchError, VerificationError
 from t4patch.fileio.atomic import write_json_atomic
 from t4patch.fileio.hashing import sha256_file
 from t4patch.verify.artifacts.check import ArtifactReport, check_artifacts
@@ -78,6 +80,30 @@ def execute(plan: BuildPlan, checks: list[Check], *, printer: StatusPrinter | No
     the plan's log)."""
     printer = printer or StatusPrinter()
     plan.out.mkdir(parents=True, exist_ok=True)
+    with output_lock(plan.out, command_line):
+        return _execute(plan, checks, printer, command_line, runner)
+
+
+@contextlib.contextmanager
+def output_lock(out: Path, command_line: str) -> Iterator[None]:
+    """An exclusive flock on the output directory for the whole build: a second build into the same directory
+    (a rerun in another shell, a loader building the same extension) is refused instead of mixing files."""
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LockBusyError(f"another build is writing {out}",
+                                hint=f"wait for it to finish, then rerun: {command_line or 't4patch build'}") from None
+        except OSError:
+            pass  # a filesystem without flock (ENOLCK): build unlocked, as before there was a lock
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def _execute(plan: BuildPlan, checks: list[Check], printer: StatusPrinter, command_line: str,
+             runner: StepRunner | None) -> tuple[dict[str, Any], ArtifactReport | None]:
     plan.log_path.write_text(f"# t4patch {t4patch.__version__} build log: {command_line}\n", encoding="utf-8")
     runner = runner or LogRunner(plan.log_path, printer)
 

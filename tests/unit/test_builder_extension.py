@@ -367,3 +367,15 @@ def test_the_preflight_names_every_missing_piece_before_anything_runs(host, tmp_
     with pytest.raises(ToolMissingError, match="preflight failed .*cublas header, source archive"):
         ensure_built(recipe, source=tmp_path / "no-such.tar.gz", stream=io.StringIO())
     assert not list((tmp_path / "xdg").rglob("build.log"))  # nothing ran
+
+
+def test_a_second_build_into_the_same_directory_is_refused(host):
+    from t4patch.builder.pipeline import output_lock
+    from t4patch.errors import LockBusyError
+
+    recipe, sdist, _ = host
+    plan = plan_build(recipe, source_dir=sdist, toolchain=toolchain_for(recipe))
+    plan.out.mkdir(parents=True)
+    with output_lock(plan.out, "t4patch build demo-ext"), pytest.raises(LockBusyError, match="another build is writing"):
+        ensure_built(recipe, source=sdist, stream=io.StringIO())
+    assert ensure_built(recipe, source=sdist, stream=io.StringIO()).record.ok  # free again: it builds
