@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 from pathlib import Path
 
 from t4patch.cli_options import add_json_option, add_target_options
@@ -101,10 +100,6 @@ def run(args: argparse.Namespace) -> int:
         resolve_target(args.python, None)  # validates the interpreter with a clear error first
         return _rerun_in(args.python, args)
     target = resolve_target(None, args.site_packages)
-    if args.site_packages:
-        for root in reversed(target.search_path):
-            if str(root) not in sys.path:
-                sys.path.insert(0, str(root))
     request = runner.Request(
         provider=args.provider,
         target=target,

@@ -100,8 +100,19 @@ def _gpu(torch: Any) -> dict[str, Any]:
     }
 
 
+def import_from(target: TargetEnvironment) -> None:
+    """Make the engine modules of a ``--site-packages`` target importable here: its directories first on
+    ``sys.path`` (the running interpreter is the target otherwise; ``--python`` re-runs the command there)."""
+    if not target.options:
+        return
+    for root in reversed(target.search_path):
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+
+
 def run(request: Request) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """Run every check; return (the JSON payload without schema/command, the failures)."""
+    import_from(request.target)  # first: torch and the engine come from the target's directories
     names = providers.provider_names(request.engines)
     if request.provider not in names:
         raise UsageError(f"--provider {request.provider}: expected one of {', '.join(names)}")
