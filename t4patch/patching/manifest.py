@@ -26,7 +26,9 @@ MANIFEST_NAME = "manifest.toml"
 _DIFF_NAME = re.compile(r"^(?P<number>\d{4})-(?P<slug>[a-z0-9][a-z0-9-]*)\.diff$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _OPTION_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-RELATIONS = ("mirrors", "replaces")  # the diff is the upstream change (a backport) / a different fix for it
+# the diff is the upstream change (a backport) / a different fix for the same problem / t4patch's own change,
+# and the link is a thread about the problem (an issue, an unmerged or closed pull request) that it cites
+RELATIONS = ("mirrors", "replaces", "related")
 FORWARDED = ("yes", "no", "not-needed")  # DEP-3 "Forwarded": sent upstream, not (yet), or no point
 
 
@@ -34,7 +36,7 @@ FORWARDED = ("yes", "no", "not-needed")  # DEP-3 "Forwarded": sent upstream, not
 class Upstream:
     """DEP-3 style maintenance facts of one diff (``[patch.upstream]``): what it tracks upstream, and why."""
 
-    link: str  # the upstream issue or pull request the diff mirrors or replaces
+    link: str  # the upstream issue or pull request the diff mirrors, replaces or is related to
     relation: str  # one of RELATIONS
     forwarded: str  # one of FORWARDED
     why: str  # why the diff exists (and, when not forwarded, why not)

@@ -234,7 +234,7 @@ def test_upstream_metadata_loads(tmp_path):
 @pytest.mark.parametrize(
     "old, new, complaint",
     [
-        ('relation = "replaces"', 'relation = "fixes"', "patch[1].upstream.relation: expected one of mirrors, replaces"),
+        ('relation = "replaces"', 'relation = "fixes"', "patch[1].upstream.relation: expected one of mirrors, replaces, related"),
         ('forwarded = "no"', "forwarded = false", "patch[1].upstream.forwarded: expected a non-empty string, found a boolean"),
         ('link = "https://', 'link = "http://', "patch[1].upstream.link: expected an https:// URL"),
         ('why = "upstream fix pending"\n', "", "patch[1].upstream.why: missing required key 'why'"),
