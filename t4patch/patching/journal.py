@@ -37,6 +37,7 @@ from t4patch.fileio.hashing import sha256_file
 
 JOURNAL_NAME = ".t4patch-journal.json"
 JOURNAL_SCHEMA = 1
+JOURNAL_MAX_BYTES = 4 << 20  # ~500 bytes per file: a set of thousands of files; a planted giant is never read
 NEW_SUFFIX = ".t4patch-new"  # a staged file: the bytes a target will get
 OLD_SUFFIX = ".t4patch-old"  # a hard link to the bytes a target had
 LEGACY_RECORD_NAME = "t4patch.json"  # t4patch <= 0.x wrote its state record through a fixed "t4patch.json.tmp"
@@ -205,6 +206,9 @@ def read_journal(path: Path) -> Journal:
     if path.is_symlink() or not path.is_file():
         raise refuse(path, "something that is not a regular file")
     try:
+        size = path.stat().st_size
+        if size > JOURNAL_MAX_BYTES:
+            raise refuse(path, f"{size:,} bytes, more than a journal of any shipped set holds ({JOURNAL_MAX_BYTES:,})")
         raw = json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, ValueError) as exc:
         raise refuse(path, f"unreadable content ({exc})") from None

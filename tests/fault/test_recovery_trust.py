@@ -258,6 +258,14 @@ def test_every_command_aimed_at_the_site_refuses_it(env: Env, tmp_path: Path, ou
         refused(cli, env, tmp_path, journal, "a directory symlink on the way", command)
 
 
+def test_giant_journal_is_refused_unread(env: Env, tmp_path: Path, cli) -> None:
+    """A planted journal of 64 MiB (sparse: no disk used) is refused by its size, never read into memory."""
+    journal = env.site / jr.JOURNAL_NAME
+    with open(journal, "wb") as handle:
+        handle.truncate(64 << 20)
+    refused(cli, env, tmp_path, journal, "more than a journal of any shipped set holds")
+
+
 # ------------------------------------------------------------------------------------------ recovery still works
 
 
