@@ -61,13 +61,13 @@ def missing_path_hint(path: Path, arch: str | None, cwd: Path | None = None) -> 
     if match and match.group("recipe") in names:
         target = arch or match.group("arch") or "cpu"
         extra = " --ptx-only" if match.group("virtual") else ""
-        return (f"nothing was built there yet: t4patch build {match.group('recipe')} --arch {target}{extra} --out "
-                f"{quoted}  (then: t4patch verify build {quoted}{arch_opt})")
+        return (f"nothing was built there yet; build it: t4patch build {match.group('recipe')} --arch {target}{extra} "
+                f"--out {quoted}; then: t4patch verify build {quoted}{arch_opt}")
     if path.parent.name in names and load_recipe(path.parent.name).extension is not None:
-        return f"t4patch build {path.parent.name}  (it builds into {path.parent}/<key> and prints the library's path)"
+        return f"it builds into {path.parent}/<key> and prints the library's path: t4patch build {path.parent.name}"
     outputs = sorted(d for d in ((cwd or Path.cwd()) / "t4patch-build").glob("*") if (d / RECORD_FILE).is_file())
     if outputs:
         shown = ", ".join(str(d) for d in outputs[:4]) + (f" (+{len(outputs) - 4} more)" if len(outputs) > 4 else "")
-        return f"check the path; build outputs here: {shown}; e.g. t4patch verify build {shlex.quote(str(outputs[0]))}{arch_opt}"
-    return (f"check the path: pass a build output directory or the built files; `t4patch build llama.cpp{arch_opt}` "
-            f"writes one to ./t4patch-build/")
+        return f"check the path (build outputs here: {shown}); e.g.: t4patch verify build {shlex.quote(str(outputs[0]))}{arch_opt}"
+    return (f"check the path: pass a build output directory or the built files; a build writes one under "
+            f"./t4patch-build/: t4patch build llama.cpp{arch_opt}")

@@ -341,8 +341,8 @@ def _extension_checks(plan: BuildPlan) -> list[Check]:
     if tc.cublas_include is None:
         looked = ", ".join(str(c) for c in cublas_candidates(tc.nvcc, tuple(cuda_roots(tc.nvcc)) if tc.nvcc else ())[:3])
         checks.append(Check("cublas header", False, "not found", f"the sources include <cublas_v2.h>; found it in none of "
-                            f"{looked}, ...", f"{tc.python} -m pip install nvidia-cublas, or install the CUDA toolkit's "
-                            f"cuBLAS headers, or set {CUBLAS_INCLUDE_ENV}=DIR"))
+                            f"{looked}, ...", f"install the CUDA toolkit's cuBLAS headers, or set {CUBLAS_INCLUDE_ENV}=DIR, "
+                            f"or take them from the wheel: {tc.python} -m pip install nvidia-cublas"))
     else:
         checks.append(Check("cublas header", True, str(tc.cublas_include), f"{tc.cublas_include / 'cublas_v2.h'}"))
     if tc.generator_modules:

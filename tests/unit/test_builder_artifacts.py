@@ -36,7 +36,7 @@ def test_the_users_arch_wins_and_other_paths_get_the_outputs_that_exist(tmp_path
     assert "--arch 86" in missing_path_hint(Path("llama.cpp-sm75"), "86")
     write_record(tmp_path / "t4patch-build" / "llama.cpp-sm75")
     hint = missing_path_hint(Path("typo"), "75", cwd=tmp_path)
-    assert "build outputs here: " + str(tmp_path / "t4patch-build" / "llama.cpp-sm75") in hint
+    assert "(build outputs here: " + str(tmp_path / "t4patch-build" / "llama.cpp-sm75") + ")" in hint
     assert hint.endswith(f"t4patch verify build {shlex.quote(str(tmp_path / 't4patch-build' / 'llama.cpp-sm75'))} --arch 75")
     assert "llama.cpp-sm75" not in missing_path_hint(Path("typo"), None, cwd=tmp_path / "empty")
 
@@ -63,4 +63,4 @@ def test_record_rules_come_from_the_record_and_its_recipe(tmp_path):
 @pytest.mark.parametrize("arch", [None, "80"])
 def test_a_missing_extension_cache_path_gets_its_build(tmp_path, arch):
     hint = missing_path_hint(tmp_path / "vllm-marlin-sm75" / "0123456789abcdef", arch)
-    assert hint.startswith("t4patch build vllm-marlin-sm75")
+    assert hint.endswith(": t4patch build vllm-marlin-sm75")
