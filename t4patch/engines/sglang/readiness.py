@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 
+from t4patch.contract import Check, Context
+from t4patch.cuda.arch import TURING
 from t4patch.cuda.code_index import code_architectures
-from t4patch.readiness.model import Check, Context, shared_libraries
+from t4patch.readiness.model import shared_libraries
 
 KERNEL_DISTRIBUTION = "sglang-kernel"
-TURING = 75
 # SGLang modules whose CUDA branch imports sgl_kernel ops at import time (read, never imported)
 CALLERS = ("sglang/srt/layers/activation.py", "sglang/srt/layers/layernorm.py", "sglang/srt/layers/sampler.py")
 _IMPORT = re.compile(r"from\s+sgl_kernel\s+import\s+(\([^)]*\)|[^\n]+)")

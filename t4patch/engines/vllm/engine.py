@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from t4patch.contract import Engine, MarlinProvider, MarlinScope, MarlinSpec, ProviderOption
+from t4patch.engines.vllm.marlin import LIBRARY
 
 if TYPE_CHECKING:
     from t4patch.contract import Context, DoctorSection
@@ -15,7 +16,7 @@ LIBRARY_OPTION = ProviderOption(
     flag="--vllm-lib",
     dest="vllm_lib",
     metavar="PATH",
-    help="vLLM's compiled vllm/_C_stable_libtorch.abi3.so (or .so.xz) to load instead of importing vllm",
+    help=f"vLLM's compiled {LIBRARY} (or .so.xz) to load instead of importing vllm",
     is_path=True,
 )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from t4patch.contract import EngineTable
+from t4patch.cuda.arch import TURING_CAPABILITY
 from t4patch.errors import DeterminismError, VerificationError
 from t4patch.output import table
 
@@ -23,7 +24,7 @@ def scope(
     """(what this run proves, what it does not) for sm_75, given the GPU it ran on, the engine table and the
     provider that ran."""
     sm = f"sm_{capability[0]}{capability[1]}"
-    if capability == (7, 5):
+    if capability == TURING_CAPABILITY:
         proves = [
             f"the engine's Marlin kernels ran on this {gpu_name} ({sm}): the accuracy, determinism, overflow and "
             "speed figures are Turing's own (fp16 accumulation included)",
