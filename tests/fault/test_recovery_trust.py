@@ -407,6 +407,26 @@ def test_missing_temp_files_are_named_not_called_foreign(env: Env, tmp_path: Pat
     assert tree(tmp_path) == before
 
 
+def test_file_changed_since_the_crash_is_named(env: Env, tmp_path: Path, cli) -> None:
+    """A journal whose file someone changed after the kill (neither hash, no stand-in holds either): exit 3
+    naming the file and what it hashes to, the reinstall command, and nothing touched."""
+    kernel, config = env.file("fakeengine/kernel.py"), env.file("fakeengine/config.py")
+    kernel.write_text("# edited after the crash\n")
+    journal = plant(env, [
+        {**entry(kernel, sha(KERNEL.encode()), sha(KERNEL_PATCHED.encode()), staged=new_of(kernel),
+                 kept=old_of(kernel)), "patch_set": "fakeengine==1.2.0"},
+        {**entry(config, sha(CONFIG.encode()), sha(CONFIG_PATCHED.encode()), staged=new_of(config),
+                 kept=old_of(config)), "patch_set": "fakeengine==1.2.0"},
+    ])
+    before = tree(tmp_path)
+    result = cli("status", *site(env))
+    line = result.err.strip()
+    assert result.code == 3 and len(line.splitlines()) == 1 and str(journal) in line, line
+    assert f"{kernel} ({sha(kernel.read_bytes())})" in line and "changed since that run died" in line, line
+    assert "--force-reinstall --no-deps fakeengine==1.2.0" in line, line
+    assert tree(tmp_path) == before
+
+
 def test_ctrl_c_during_start_up_is_one_line(env: Env) -> None:
     """SIGINT while the parser imports the command modules: exit 130, one line, no KeyboardInterrupt traceback."""
     code = (
