@@ -249,6 +249,50 @@ def parse_recipe(doc: dict[str, Any], origin: Path | None = None, data: bytes | 
             raise _fail(origin, f"a {KIND} recipe is read from its file (its diff lies beside it)")
         return _parse_extension_recipe(doc, origin, data)
     doc = check(doc, RECIPE_SCHEMA, RECIPE, origin or "<recipe>")
+    name, repository, default_ref, build_dir, min_free = _parse_head(doc, origin)
+    tools = dict(doc.get("tools", {}))
+    _check_versions(origin, "[tools]", tools)
+    cuda = doc.get("cuda", {})
+    cuda_tools = dict(cuda.get("tools", {}))
+    _check_versions(origin, "[cuda].tools", cuda_tools)
+    libraries = _known_libraries(origin, "[cuda]", cuda.get("libraries", ()))
+    steps = _parse_steps(origin, doc["step"])
+    env, cuda_env = _parse_env(origin, doc)
+    files, cuda_artifacts, require = _parse_artifacts(origin, doc["artifacts"])
+    cuda_features, optional_features, feature_min_arch, feature_libraries = _parse_features(origin, doc, steps)
+    tests_argv, tests_files = _parse_tests(origin, doc.get("tests", {}), {s.name for s in steps})
+    return Recipe(
+        name=name,
+        summary=doc["summary"],
+        repository=repository,
+        default_ref=default_ref,
+        build_dir=build_dir,
+        min_free_gib=min_free,
+        cpu_variant=doc.get("cpu_variant", False),
+        source_markers=tuple(doc.get("source_markers", ())),
+        tools=tools,
+        cuda_tools=cuda_tools,
+        cuda_libraries=libraries,
+        nvcc_on_path=cuda.get("nvcc_on_path", False),
+        steps=steps,
+        env=env,
+        cuda_env=cuda_env,
+        artifact_files=files,
+        cuda_artifacts=cuda_artifacts,
+        require=require,
+        cuda_features=cuda_features,
+        optional_features=optional_features,
+        feature_min_arch=feature_min_arch,
+        feature_libraries=feature_libraries,
+        known_failures=_parse_known_failures(origin, doc.get("known_failure", [])),
+        path=origin,
+        tests_argv=tests_argv,
+        tests_files=tests_files,
+    )
+
+
+def _parse_head(doc: dict[str, Any], origin: Path | None) -> tuple[str, str, str, str, float]:
+    """(name, repository, default_ref, build_dir, min_free_gib), each checked."""
     name = doc["name"]
     if origin is not None and origin.name != f"{name}.toml":
         raise _fail(origin, f"name {name!r} does not match the file name {origin.name!r}")
@@ -259,24 +303,31 @@ def parse_recipe(doc: dict[str, Any], origin: Path | None = None, data: bytes | 
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$", default_ref):
         raise _fail(origin, f"default_ref {default_ref!r} is not a plain tag, branch or commit")
     build_dir = doc["build_dir"]
-    if Path(build_dir).is_absolute() or ".." in Path(build_dir).parts:
-        raise _fail(origin, f"build_dir {build_dir!r} must be a relative path inside the output directory")
+    _relative_inside(origin, "build_dir", build_dir, "the output directory")
     min_free = doc["min_free_gib"]
     if min_free < 0:
         raise _fail(origin, "min_free_gib must be >= 0")
+    return name, repository, default_ref, build_dir, float(min_free)
 
-    tools = dict(doc.get("tools", {}))
-    _check_versions(origin, "[tools]", tools)
-    cuda = doc.get("cuda", {})
-    cuda_tools = dict(cuda.get("tools", {}))
-    _check_versions(origin, "[cuda].tools", cuda_tools)
-    libraries = tuple(cuda.get("libraries", ()))
-    for lib in libraries:
+
+def _relative_inside(origin: Path | None, where: str, pattern: str, inside: str) -> None:
+    if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
+        if where == "build_dir":
+            raise _fail(origin, f"build_dir {pattern!r} must be a relative path inside {inside}")
+        raise _fail(origin, f"{where}: {pattern!r} must be relative to {inside}")
+
+
+def _known_libraries(origin: Path | None, where: str, values: Any) -> tuple[str, ...]:
+    for lib in values:
         if lib not in KNOWN_LIBRARIES:
-            raise _fail(origin, f"[cuda]: unknown library {lib!r} (known: {sorted(KNOWN_LIBRARIES)})")
+            raise _fail(origin, f"{where}: unknown library {lib!r} (known: {sorted(KNOWN_LIBRARIES)})")
+    return tuple(values)
 
-    steps, names = [], set()
-    for i, raw in enumerate(doc["step"], start=1):
+
+def _parse_steps(origin: Path | None, raw_steps: list[dict[str, Any]]) -> tuple[StepTemplate, ...]:
+    steps: list[StepTemplate] = []
+    names: set[str] = set()
+    for i, raw in enumerate(raw_steps, start=1):
         where = f"step[{i}]"
         step = StepTemplate(
             name=raw["name"],
@@ -295,7 +346,10 @@ def parse_recipe(doc: dict[str, Any], origin: Path | None = None, data: bytes | 
                               ("cwd", (step.cwd,))):
             _check_placeholders(origin, f"{where}.{label}", values)
         steps.append(step)
+    return tuple(steps)
 
+
+def _parse_env(origin: Path | None, doc: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
     env = dict(doc.get("env", {}))
     cuda_env = dict(doc.get("cuda_env", {}))
     for label, mapping in (("[env]", env), ("[cuda_env]", cuda_env)):
@@ -303,8 +357,10 @@ def parse_recipe(doc: dict[str, Any], origin: Path | None = None, data: bytes | 
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
                 raise _fail(origin, f"{label}: {key!r} is not an environment variable name")
             _check_placeholders(origin, f"{label}.{key}", (value,))
+    return env, cuda_env
 
-    art = doc["artifacts"]
+
+def _parse_artifacts(origin: Path | None, art: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     files = tuple(art["files"])
     cuda_artifacts = tuple(art.get("cuda", ()))
     require = tuple(art.get("require", ()))
@@ -312,9 +368,12 @@ def parse_recipe(doc: dict[str, Any], origin: Path | None = None, data: bytes | 
         if req not in REQUIREMENTS:
             raise _fail(origin, f"[artifacts]: require {req!r} is not one of {sorted(REQUIREMENTS)}")
     for pattern in files + cuda_artifacts:
-        if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
-            raise _fail(origin, f"[artifacts]: {pattern!r} must be relative to the build directory")
+        _relative_inside(origin, "[artifacts]", pattern, "the build directory")
+    return files, cuda_artifacts, require
 
+
+def _parse_features(origin: Path | None, doc: dict[str, Any], steps: tuple[StepTemplate, ...]
+                    ) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, int], dict[str, tuple[str, ...]]]:
     feats = doc.get("features", {})
     cuda_features = tuple(feats.get("cuda", ()))
     optional_features = tuple(feats.get("optional", ()))
@@ -332,8 +391,11 @@ def parse_recipe(doc: dict[str, Any], origin: Path | None = None, data: bytes | 
         "{features}" in a for st in steps for a in st.argv + st.cuda_argv
     ):
         raise _fail(origin, "declares [features] but no step passes {features}")
+    return cuda_features, optional_features, feature_min_arch, feature_libraries
 
-    tests = doc.get("tests", {})
+
+def _parse_tests(origin: Path | None, tests: dict[str, Any], names: set[str]
+                 ) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
     tests_argv = {step_name: tuple(args) for step_name, args in tests.get("argv", {}).items()}
     for step_name, args in tests_argv.items():
         if step_name not in names:
@@ -343,9 +405,12 @@ def parse_recipe(doc: dict[str, Any], origin: Path | None = None, data: bytes | 
     for pattern in tests_files:
         if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
             raise _fail(origin, f"[tests].files: {pattern!r} must be relative to the build directory")
+    return tests_argv, tests_files
 
+
+def _parse_known_failures(origin: Path | None, raw_failures: list[dict[str, Any]]) -> tuple[KnownFailure, ...]:
     failures = []
-    for i, raw in enumerate(doc.get("known_failure", []), start=1):
+    for i, raw in enumerate(raw_failures, start=1):
         pattern = raw["pattern"]
         try:
             compiled = re.compile(pattern)
@@ -354,35 +419,7 @@ def parse_recipe(doc: dict[str, Any], origin: Path | None = None, data: bytes | 
                 origin, f"known_failure[{i}]: pattern {pattern!r} is not a valid regular expression ({exc})"
             ) from exc
         failures.append(KnownFailure(compiled, raw["explanation"]))
-
-    return Recipe(
-        name=name,
-        summary=doc["summary"],
-        repository=repository,
-        default_ref=default_ref,
-        build_dir=build_dir,
-        min_free_gib=float(min_free),
-        cpu_variant=doc.get("cpu_variant", False),
-        source_markers=tuple(doc.get("source_markers", ())),
-        tools=tools,
-        cuda_tools=cuda_tools,
-        cuda_libraries=libraries,
-        nvcc_on_path=cuda.get("nvcc_on_path", False),
-        steps=tuple(steps),
-        env=env,
-        cuda_env=cuda_env,
-        artifact_files=files,
-        cuda_artifacts=cuda_artifacts,
-        require=require,
-        cuda_features=cuda_features,
-        optional_features=optional_features,
-        feature_min_arch=feature_min_arch,
-        feature_libraries=feature_libraries,
-        known_failures=tuple(failures),
-        path=origin,
-        tests_argv=tests_argv,
-        tests_files=tests_files,
-    )
+    return tuple(failures)
 
 
 def _parse_extension_recipe(doc: dict[str, Any], origin: Path, data: bytes) -> Recipe:
@@ -395,13 +432,6 @@ def _parse_extension_recipe(doc: dict[str, Any], origin: Path, data: bytes) -> R
     cuda_tools = dict(doc.get("cuda", {}).get("tools", {}))
     _check_versions(origin, "[cuda].tools", cuda_tools)
     spec = parse_extension(doc, origin, data, RECIPE)
-    failures = []
-    for i, raw in enumerate(doc.get("known_failure", []), start=1):
-        try:
-            failures.append(KnownFailure(re.compile(raw["pattern"]), raw["explanation"]))
-        except re.error as exc:
-            raise _fail(origin, f"known_failure[{i}]: pattern {raw['pattern']!r} is not a valid regular expression "
-                        f"({exc})") from exc
     return Recipe(
         name=name,
         summary=doc["summary"],
@@ -421,7 +451,7 @@ def _parse_extension_recipe(doc: dict[str, Any], origin: Path, data: bytes) -> R
         artifact_files=(spec.library,),
         cuda_artifacts=(spec.library,),
         require=(),  # PTX only by design: the plan is a PTX-only build (no SASS may be there at all)
-        known_failures=tuple(failures),
+        known_failures=_parse_known_failures(origin, doc.get("known_failure", [])),
         path=origin,
         extension=spec,
     )
