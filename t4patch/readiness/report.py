@@ -18,7 +18,7 @@ from t4patch.environment import suggest
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment
 from t4patch.patching.registry import engines as patched_distributions
 from t4patch.patching.status import engine_status
-from t4patch.readiness.stack import run_checks
+from t4patch.readiness.stack import run_checks, torch_fix
 
 # The stack under every engine that decides whether it runs on Turing; the engines' own distributions come
 # first, from the engine table.
@@ -80,7 +80,11 @@ def advice(
     turing = [g for g in report.gpus if g.cc_tuple < (8, 0)]
     torch_row = next(p for p in pkgs if p["name"] == "torch")
     if report.gpus and torch_row.get("build") == "cpu":
-        notes.append("torch is a CPU-only build but a GPU is present: install a CUDA build of torch")
+        pip = target.pip_install() if target is not None else "pip install"
+        notes.append(
+            "torch is a CPU-only build but a GPU is present: install a CUDA build of torch: "
+            + torch_fix(pip, torch_row["version"])
+        )
     for row in engine_rows:
         if row["state"] in ("not-applied", "partial") and (turing or not report.gpus):
             notes.append(

@@ -26,7 +26,8 @@ RIG = f"{RIG_RAM_GIB} GiB RAM + {RIG_SWAP_GB} GB swap, the T4 VM Gemma 4 E2B was
 GIB = 2**30
 
 
-def _torch_fix(pip: str, version: str) -> str:
+def torch_fix(pip: str, version: str) -> str:
+    """The CUDA build of the same torch release, into the environment ``pip`` installs to."""
     release = version.split("+")[0]
     return (
         f"{pip} --force-reinstall torch=={release} --index-url https://download.pytorch.org/whl/<cuda tag> "
@@ -44,7 +45,7 @@ def torch_cuda_arch(ctx: Context) -> Check:
         status = "fail" if ctx.gpus.gpus else "warn"
         return Check(
             "torch-cuda-arch", status, f"torch {torch.version} is a CPU-only build (no {TORCH_CUDA_LIBRARY})",
-            fix=_torch_fix(pip, torch.version),
+            fix=torch_fix(pip, torch.version),
         )
     archs = code_architectures(library)
     if archs.problem:
@@ -59,13 +60,13 @@ def torch_cuda_arch(ctx: Context) -> Check:
             "torch-cuda-arch", "warn",
             f"torch {torch.version} has no sm_75 machine code, only PTX the driver compiles at first use "
             f"({archs.describe()}): slow first start",
-            fix=_torch_fix(pip, torch.version),
+            fix=torch_fix(pip, torch.version),
         )
     return Check(
         "torch-cuda-arch", "fail",
         f"torch {torch.version} has no code for sm_75 ({archs.describe()}): every kernel fails on a T4 with "
         "'no kernel image is available for execution on the device'",
-        fix=_torch_fix(pip, torch.version),
+        fix=torch_fix(pip, torch.version),
     )
 
 

@@ -16,7 +16,8 @@ def test_gather_on_an_unpatched_engine_on_a_t4(tmp_path):
     doc = found.to_json()
     assert [p["name"] for p in doc["packages"]] == list(report.watched(ENGINES))
     assert {"name": "torch", "version": "2.13.0+cpu", "build": "cpu"} in doc["packages"]
-    assert "torch is a CPU-only build but a GPU is present: install a CUDA build of torch" in doc["advice"]
+    cpu = next(note for note in doc["advice"] if note.startswith("torch is a CPU-only build but a GPU is present"))
+    assert f"--target {site} --force-reinstall torch==2.13.0 --index-url https://download.pytorch.org/whl/" in cpu
     assert any("has no bf16: serve with --dtype float16" in note for note in doc["advice"])
     assert doc["sglang"] is None and [c["name"] for c in doc["checks"]][0] == "torch-cuda-arch"
 
