@@ -16,14 +16,22 @@ STATUSES = ("ok", "warn", "fail")
 
 @dataclass(frozen=True)
 class Check:
+    """One check's answer, for doctor's readiness checks and any other ok / warn / fail list (a build's
+    preflight): the status, the one line that says what was found, the fix, and the bare value found."""
+
     name: str  # stable key, e.g. "torch-cuda-arch"
     status: str  # ok | warn | fail
-    reason: str  # one line: what was found
+    reason: str  # one line: what was needed and what was found
     fix: str | None = None  # the command or change that fixes it (None when ok)
+    found: str | None = None  # the bare value found (a version, "not found"), where a caller reports it apart
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"check {self.name}: status {self.status!r} is not one of {STATUSES}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status, "reason": self.reason, "fix": self.fix}
