@@ -22,7 +22,8 @@ TORCH_CUDA_LIBRARY = "torch/lib/libtorch_cuda.so"
 RIG_RAM_GIB = 7.5
 RIG_SWAP_GB = 16
 MODEL_LOAD_GIB = RIG_RAM_GIB + RIG_SWAP_GB
-RIG = f"{RIG_RAM_GIB} GiB RAM + {RIG_SWAP_GB} GB swap, the T4 VM Gemma 4 E2B was loaded on: a rig, not a measured need"
+RIG = (f"the rig Gemma 4 E2B was loaded on ({RIG_RAM_GIB} GiB RAM + {RIG_SWAP_GB} GB swap on a T4 VM; a rig, not a "
+       "measured need)")
 GIB = 2**30
 
 
@@ -138,12 +139,12 @@ def memory_for_model(ctx: Context) -> Check:
     total = (ram + swap) / GIB
     text = f"RAM {ram / GIB:.1f} GiB + swap {swap / GIB:.1f} GiB = {total:.1f} GiB"
     if total >= MODEL_LOAD_GIB:
-        return Check("memory", "ok", f"{text}, at least {RIG}")
+        return Check("memory", "ok", f"{text}: as much as {RIG}")
     missing = MODEL_LOAD_GIB - total
     return Check(
         "memory", "warn",
-        f"{text}: less than {RIG} (the load's peak was never measured: less may fit)",
-        fix=f"add at least {missing:.0f} GiB of swap: fallocate -l {max(1, round(missing + 0.5))}G /swapfile && "
+        f"{text}: less than {RIG}; the load's peak was never measured, so less may fit",
+        fix=f"to match the rig, add {missing:.0f} GiB of swap or more: fallocate -l {max(1, round(missing + 0.5))}G /swapfile && "
         "chmod 600 /swapfile && mkswap /swapfile && swapon /swapfile",
     )
 
