@@ -42,19 +42,6 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     return parser
 
 
-def _gpu_capability() -> tuple[str | None, str | None]:
-    try:
-        from t4patch.cuda.gpu import detect
-
-        report = detect()
-    except Exception:  # noqa: BLE001 - informational; the run itself says whether the backend exists
-        return None, None
-    if not report.gpus:
-        return None, None
-    gpu = report.gpus[0]
-    return gpu.compute_capability, f"{gpu.name} (cc {gpu.compute_capability})"
-
-
 def run(args: argparse.Namespace) -> int:
     import sys
 
@@ -79,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--ops {args.ops}: {', '.join(unknown)} not in the op list", hint="t4patch verify llama.cpp BUILD_DIR --list")
     binary = runner.find_binary(args.build_dir)
     build = runner.build_info(args.build_dir)
-    capability, gpu = _gpu_capability()
+    capability, gpu = runner.gpu_capability()
     if args.backend.upper().startswith("CUDA"):
         if build.get("GGML_CUDA", "").upper() in ("OFF", "FALSE", "0"):
             raise NoGpuError(f"{args.build_dir} is a CPU build (GGML_CUDA=OFF): it has no {args.backend} backend",

@@ -219,6 +219,19 @@ def run_op(binary: Path, backend: str, spec: OpSpec, timeout: float, progress: C
     return result
 
 
+def gpu_capability() -> tuple[str | None, str | None]:
+    """(compute capability "9.0", "NAME (cc 9.0)") of the first GPU, or (None, None) without one (informational:
+    the run itself says whether the backend exists; :func:`t4patch.cuda.gpu.detect` never raises for a missing
+    GPU or driver)."""
+    from t4patch.cuda.gpu import detect
+
+    report = detect()
+    if not report.gpus:
+        return None, None
+    gpu = report.gpus[0]
+    return gpu.compute_capability, f"{gpu.name} (cc {gpu.compute_capability})"
+
+
 BUILD_INFO = "==== build-info "
 
 
