@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from t4patch.environment.target import TargetEnvironment
 from t4patch.errors import T4PatchError
-from t4patch.patching.local_version import release_of
+from t4patch.patching.companions import companion_gaps
 from t4patch.patching.manifest import Companion, PatchSet
 from t4patch.patching.registry import all_patch_sets, find_patch_set, newest_supported
 
@@ -44,22 +44,9 @@ def required_releases(distribution: str) -> list[Companion]:
 
 def companion_problems(patch_set: PatchSet, target: TargetEnvironment) -> list[str]:
     """What is wrong with ``patch_set``'s companions in ``target`` (not installed, another release, its library
-    missing), each with the exact install command for that layout (``--target`` for a bare site-packages)."""
-    problems = []
-    for needed in patch_set.requires:
-        install = f"{target.pip_install()} --no-deps {needed.spec}"
-        dist = target.find(needed.distribution)
-        if dist is None:
-            found = f"it is not installed in {target.description}"
-        elif release_of(dist.version) != needed.version:  # a `t4patch wheel` install is its release
-            found = f"{needed.distribution} {dist.version} is installed"
-        elif needed.library and not (dist.root / needed.library).is_file():
-            found = f"{dist.root / needed.library} is missing"
-            install = dist.reinstall_command()
-        else:
-            continue
-        problems.append(
-            f"{patch_set.spec} needs {needed.spec} beside it but {found} (the patched code fails at load without "
-            f"it): {install}"
-        )
-    return problems
+    missing), each with the exact install command for that layout (``--target`` for a bare site-packages); the
+    finding itself is :func:`t4patch.patching.companions.companion_gaps`, shared with `status --check`."""
+    return [
+        f"{patch_set.spec} {gap.describe()} (the patched code fails at load without it): {gap.fix}"
+        for gap in companion_gaps(patch_set.requires, target)
+    ]
