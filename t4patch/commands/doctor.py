@@ -15,6 +15,7 @@ from t4patch.cli_options import add_json_option, add_target_options
 from t4patch.commands.engine_table import ENGINES
 from t4patch.contract import Check
 from t4patch.cuda.gpu import detect
+from t4patch.environment import suggest
 from t4patch.environment.target import resolve_target
 from t4patch.output import emit_json, say, table
 from t4patch.readiness.report import gather
@@ -48,7 +49,12 @@ def run(args: argparse.Namespace) -> int:
     found = gather(target, detect(), ENGINES)
     report, pkgs, engine_rows, mem, notes = found.gpus, found.packages, found.engine_rows, found.memory, found.advice
     if args.json:
-        emit_json("doctor", found.to_json())
+        doc = found.to_json()
+        # the commands in advice and fixes name the t4patch the user ran, as the text output's do
+        doc["advice"] = [suggest.render(note) for note in doc["advice"]]
+        for check in doc["checks"]:
+            check["fix"] = suggest.render(check["fix"]) if check["fix"] else None
+        emit_json("doctor", doc)
         return 0
     say(f"target: {target.description}")
     say("")

@@ -51,3 +51,17 @@ def test_doctor_detects_cpu_only_torch(tmp_path, cli, monkeypatch):
     torch_row = next(p for p in doc["packages"] if p["name"] == "torch")
     assert torch_row == {"name": "torch", "version": "2.13.0+cpu", "build": "cpu"}
     assert any("CPU-only" in n for n in doc["advice"])
+
+
+def test_json_advice_names_the_program_the_user_ran_as_the_text_does(env, cli, monkeypatch):
+    from t4patch.environment import suggest
+
+    monkeypatch.setattr(doctor, "detect", lambda: GpuReport((T4,), "580.1", "13.0", ("nvml",)))
+    suggest.set_program("/opt/venv/bin/t4patch", ("apply", "doctor", "status"))
+    try:
+        doc = json.loads(cli("doctor", "--json", "--site-packages", str(env.site)).out)
+        text = cli("doctor", "--site-packages", str(env.site)).out
+    finally:
+        suggest.reset_program()
+    bangs = [line[2:] for line in text.splitlines() if line.startswith("! ")]
+    assert doc["advice"] == bangs and any("/opt/venv/bin/t4patch apply fakeengine==1.2.0" in n for n in bangs)
