@@ -185,8 +185,6 @@ def refuse(path: Path, problem: str) -> JournalRefusedError:
     )
 
 
-
-
 def _absolute_inside(path: Path, root: Path) -> bool:
     return path.is_absolute() and ".." not in path.parts and path.is_relative_to(root)
 
@@ -208,9 +206,10 @@ def read_journal(path: Path) -> Journal:
     try:
         size = path.stat().st_size
         if size > JOURNAL_MAX_BYTES:
-            raise refuse(path, f"{size:,} bytes, more than a journal of any shipped set holds ({JOURNAL_MAX_BYTES:,})")
+            raise refuse(path, f"{size:,} bytes, more than a journal of any shipped set holds "
+                         f"({JOURNAL_MAX_BYTES:,})")
         raw = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: thousands of nested brackets
         raise refuse(path, f"unreadable content ({exc})") from None
     if not isinstance(raw, dict) or raw.get("schema") != JOURNAL_SCHEMA:
         raise refuse(path, f"a document without schema {JOURNAL_SCHEMA}")
@@ -227,7 +226,7 @@ def read_journal(path: Path) -> Journal:
             ))
         journal = Journal(token, str(raw["operation"]), tuple(str(p) for p in raw["patch_sets"]), roots,
                           tuple(entries), str(raw["started_at"]), int(raw["pid"]))
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # OverflowError: a pid of 1e400
         raise refuse(path, f"a malformed document ({type(exc).__name__}: {exc})") from None
     here = path.parent
     if not re.fullmatch(r"[0-9a-f]{16}", token):
@@ -243,6 +242,8 @@ def read_journal(path: Path) -> Journal:
         for candidate, suffix in ((entry.staged, NEW_SUFFIX), (entry.kept, OLD_SUFFIX)):
             if candidate is not None and candidate != stand_in(entry.path, token, suffix):
                 raise refuse(path, f"a stand-in {candidate} that is not t4patch's for {entry.path}")
+        if "\0" in str(entry.path):
+            raise refuse(path, f"a path with a NUL byte ({str(entry.path)!r})")
         if not _absolute_inside(entry.path, root) or entry.path == root:
             raise refuse(path, f"a path outside its site-packages ({entry.path})")
         for digest in (entry.old_sha256, entry.new_sha256):

@@ -34,6 +34,8 @@ from t4patch.patching.manifest import PatchSet, Target
 from t4patch.patching.registry import find_patch_set
 from t4patch.patching.state import RECORD_MAX_BYTES, record_path, record_problem
 
+MAX_SETS = 32  # one per engine a single apply or revert names; more is not a journal t4patch wrote
+
 
 @dataclass(frozen=True)
 class CheckedSet:
@@ -52,18 +54,19 @@ def check_journal(journal: Journal, path: Path) -> list[CheckedSet]:
     """Refuse ``journal`` (read from ``path`` by :func:`~t4patch.patching.journal.read_journal`) unless every
     entry is a pinned file of a set it names, inside its site; return those sets."""
     here = path.parent
-    sets = {spec: _checked_set(spec, path) for spec in journal.patch_sets}
-    if not sets:
-        raise refuse(path, "a journal that names no patch set")
+    specs = list(dict.fromkeys(journal.patch_sets))
+    if not specs or len(specs) > MAX_SETS:
+        raise refuse(path, f"a journal that names {len(specs)} patch sets (a commit names 1 to {MAX_SETS})")
+    sets = {spec: _checked_set(spec, path) for spec in specs}
     for entry in journal.entries:
         if entry.patch_set is not None and entry.patch_set not in sets:
             raise refuse(path, f"an entry for {entry.path} of {entry.patch_set}, a patch set the journal does "
                          f"not name ({', '.join(sets)})")
         candidates = [sets[entry.patch_set]] if entry.patch_set else list(sets.values())
         _check_inside(entry, here, path)
-        spec = _check_pinned(entry, candidates, path)
+        owner = _check_pinned(entry, candidates, path)
         if entry.soft:
-            _check_record_files(entry, spec, path)
+            _check_record_files(entry, owner, path)
     return list(sets.values())
 
 

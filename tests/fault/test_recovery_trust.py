@@ -131,6 +131,22 @@ def test_path_escaping_with_dotdot_is_refused(env: Env, tmp_path: Path, outside:
     refused(cli, env, tmp_path, journal, "a path outside its site-packages")
 
 
+@pytest.mark.parametrize("body", [b"[" * 100_000 + b"]" * 100_000, b'{"schema": 1, "pid": 1e400}',
+                                  b'{"schema": 1, "token": "0123456789abcdef", "roots": [], "entries": {}, '
+                                  b'"operation": "apply", "patch_sets": [], "started_at": "", "pid": 1e400}'],
+                         ids=["nested 100,000 deep", "no keys", "a pid of 1e400"])
+def test_malformed_journal_is_refused_not_an_internal_error(env: Env, tmp_path: Path, cli, body: bytes) -> None:
+    journal = env.site / jr.JOURNAL_NAME
+    journal.write_bytes(body)
+    refused(cli, env, tmp_path, journal, "expected an intent journal")
+
+
+def test_path_with_a_nul_byte_is_refused(env: Env, tmp_path: Path, cli) -> None:
+    """A NUL in a file name makes every os call raise ValueError: refused as a path, never an internal error."""
+    journal = plant(env, [entry(env.file("fakeengine/kernel.py\0x"), sha(KERNEL.encode()), None), started(env)])
+    refused(cli, env, tmp_path, journal, "a path with a NUL byte")
+
+
 def test_stand_in_that_is_a_file_symlink_out_of_the_site_is_refused(env: Env, tmp_path: Path, outside: Path,
                                                                     cli) -> None:
     """kept -> a file outside with the pristine bytes: an undo would install a link to a file anyone with
@@ -248,6 +264,12 @@ def test_state_record_entry_outside_the_dist_info_is_refused(env: Env, tmp_path:
 def test_journal_of_a_set_the_tree_does_not_have_is_refused(env: Env, tmp_path: Path, cli) -> None:
     journal = plant(env, [started(env)], patch_sets=["fakeengine==9.9.9"])
     refused(cli, env, tmp_path, journal, "which the patch-set tree in use does not have")
+
+
+def test_journal_naming_more_sets_than_a_commit_does_is_refused(env: Env, tmp_path: Path, cli) -> None:
+    """Each named set is looked up in the tree: a journal naming thousands would stall every command."""
+    journal = plant(env, [started(env)], patch_sets=[f"fakeengine==1.{i}.0" for i in range(1000)])
+    refused(cli, env, tmp_path, journal, "a journal that names 1000 patch sets")
 
 
 def test_every_command_aimed_at_the_site_refuses_it(env: Env, tmp_path: Path, outside: Path, cli) -> None:
