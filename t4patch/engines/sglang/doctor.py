@@ -23,6 +23,7 @@ from t4patch.engines.requirements import companion
 from t4patch.engines.vllm.marlin import LIBRARY as DEFAULT_LIBRARY  # where vLLM keeps it, when the manifest names none
 from t4patch.environment.target import InstalledDistribution, TargetEnvironment
 from t4patch.errors import T4PatchError
+from t4patch.patching.companions import companion_gaps
 from t4patch.patching.local_version import release_of
 from t4patch.patching.manifest import Companion
 from t4patch.readiness.model import requirement
@@ -86,9 +87,10 @@ def check(target: TargetEnvironment) -> SglangReadiness | None:
     warnings: list[str] = []
     pins = {d.name: pin for d in (sglang, vllm) if d is not None and (pin := torch_requirement(d))}
     library = gemm = repack = cross = None
-    # aimed at the target: its interpreter's pip, or --target DIR for a bare site-packages (as apply's warning);
-    # --no-deps always: vLLM's own requirements (its torch among them) would replace SGLang's
-    install_vllm = f"{target.pip_install()} --no-deps vllm=={wanted}"
+    # the install command status --check and apply's warning print too (patching.companions): aimed at the
+    # target (its interpreter's pip, or --target DIR), --no-deps (vLLM's own torch pin would replace SGLang's)
+    gaps = companion_gaps([needs], target) if needs else []
+    install_vllm = gaps[0].fix if gaps else f"{target.pip_install()} --no-deps vllm=={wanted}"
     if vllm is None:
         warnings.append(
             f"vLLM is not installed beside SGLang: below cc 8.0 patched SGLang runs Marlin through vLLM's "
