@@ -151,6 +151,8 @@ def recover_journal(path: Path) -> Recovery:
             "journal is kept and every file it names is in its old or its new state, so no file is torn",
             hint=f"fix the cause (free space, permissions), then run: t4patch status --site-packages {shlex.quote(str(path.parent))}",
         ) from None
+    # temp files of these targets the journal does not name (its run's own, or older runs') go as a commit's do
+    jr.sweep_strays((e.path.parent, e.path.name) for e in journal.entries)
     note(recovery.line)
     return recovery
 

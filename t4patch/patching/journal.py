@@ -239,13 +239,13 @@ def read_journal(path: Path) -> Journal:
         raise refuse(path, f"a journal for another directory ({root}, not the {here} it was found in)")
     rebased = []
     for entry in journal.entries:
-        for candidate, suffix in ((entry.staged, NEW_SUFFIX), (entry.kept, OLD_SUFFIX)):
-            if candidate is not None and candidate != stand_in(entry.path, token, suffix):
-                raise refuse(path, f"a stand-in {candidate} that is not t4patch's for {entry.path}")
         if "\0" in str(entry.path):
             raise refuse(path, f"a path with a NUL byte ({str(entry.path)!r})")
         if not _absolute_inside(entry.path, root) or entry.path == root:
             raise refuse(path, f"a path outside its site-packages ({entry.path})")
+        for candidate, suffix in ((entry.staged, NEW_SUFFIX), (entry.kept, OLD_SUFFIX)):
+            if candidate is not None and candidate != stand_in(entry.path, token, suffix):
+                raise refuse(path, f"a stand-in {candidate} that is not t4patch's for {entry.path}")
         for digest in (entry.old_sha256, entry.new_sha256):
             if digest is not None and not re.fullmatch(r"[0-9a-f]{64}", str(digest)):
                 raise refuse(path, f"a malformed sha256 {digest!r}")

@@ -58,6 +58,8 @@ def check_journal(journal: Journal, path: Path) -> list[CheckedSet]:
     if not specs or len(specs) > MAX_SETS:
         raise refuse(path, f"a journal that names {len(specs)} patch sets (a commit names 1 to {MAX_SETS})")
     sets = {spec: _checked_set(spec, path) for spec in specs}
+    if not any(not e.soft for e in journal.entries):
+        raise refuse(path, "a journal that names no patched file (a commit always changes at least one)")
     for entry in journal.entries:
         if entry.patch_set is not None and entry.patch_set not in sets:
             raise refuse(path, f"an entry for {entry.path} of {entry.patch_set}, a patch set the journal does "

@@ -320,6 +320,66 @@ def test_a_legitimate_journal_is_still_finished(env: Env, tmp_path: Path, cli) -
     assert not any(".t4patch-" in p.name for p in env.site.rglob("*"))
 
 
+POOL: list[Any] = [None, 0, -1, 2**70, float("inf"), True, "", "x" * 5000, [], {}, [None], {"a": 1}, "/", "..",
+                   "\0", "fakeengine==1.2.0", "0" * 64, "0123456789abcdef"]
+
+
+def test_mutated_journals_never_end_in_an_internal_error(env: Env, tmp_path: Path, outside: Path, cli) -> None:
+    """300 seeded mutations of a legitimate journal (a field replaced by a hostile value, or dropped): exit 0,
+    3 or 18, never 70; the sentinel outside never touched; a refusal changes nothing; a success leaves every
+    target with pinned bytes and no journal or temp file behind."""
+    import random
+    import shutil
+
+    kernel, config = env.file("fakeengine/kernel.py"), env.file("fakeengine/config.py")
+    pool = [*POOL, str(outside / "sentinel"), str(outside), str(env.site), str(env.file("fakeengine/__init__.py")),
+            sha(PRECIOUS), sha(KERNEL.encode()), sha(CONFIG_PATCHED.encode())]
+    pristine = tmp_path / "pristine-site"
+    shutil.copytree(env.site, pristine, symlinks=True)
+    rng = random.Random(22)
+    codes: dict[int, int] = {}
+    for trial in range(300):
+        shutil.rmtree(env.site)
+        shutil.copytree(pristine, env.site, symlinks=True)
+        os.link(kernel, old_of(kernel))
+        new_of(kernel).write_text(KERNEL_PATCHED)
+        os.replace(new_of(kernel), kernel)
+        new_of(config).write_text(CONFIG_PATCHED)
+        os.link(config, old_of(config))
+        entries = [
+            {**entry(kernel, sha(KERNEL.encode()), sha(KERNEL_PATCHED.encode()), staged=new_of(kernel),
+                     kept=old_of(kernel), bytecode=True), "patch_set": "fakeengine==1.2.0"},
+            {**entry(config, sha(CONFIG.encode()), sha(CONFIG_PATCHED.encode()), staged=new_of(config),
+                     kept=old_of(config)), "patch_set": "fakeengine==1.2.0"},
+        ]
+        journal = plant(env, entries)
+        doc = json.loads(journal.read_text())
+        for _ in range(rng.randint(1, 3)):
+            holder: dict[str, Any] = doc if rng.random() < 0.3 else rng.choice(doc["entries"]) \
+                if isinstance(doc.get("entries"), list) and doc["entries"] and all(
+                    isinstance(e, dict) for e in doc["entries"]) else doc
+            key = rng.choice(sorted(holder))
+            if rng.random() < 0.15:
+                del holder[key]
+            else:
+                holder[key] = rng.choice(pool)
+        journal.write_text(json.dumps(doc))
+        before = tree(tmp_path)
+        result = cli("status", *site(env))
+        codes[result.code] = codes.get(result.code, 0) + 1
+        where = f"trial {trial}: {json.dumps(doc)[:600]}: {result.err}"
+        assert result.code in (0, 3, 18), where
+        assert "Traceback" not in result.err and "internal error" not in result.err, where
+        assert (outside / "sentinel").read_bytes() == PRECIOUS and sorted(os.listdir(outside)) == ["sentinel"], where
+        if result.code != 0:
+            assert tree(tmp_path) == before, where
+        else:  # recovery renamed only pinned bytes into place (a journal naming one file leaves the other)
+            assert sha(kernel.read_bytes()) in (sha(KERNEL.encode()), sha(KERNEL_PATCHED.encode())), where
+            assert sha(config.read_bytes()) in (sha(CONFIG.encode()), sha(CONFIG_PATCHED.encode())), where
+            assert not os.path.lexists(journal) and not any(".t4patch-" in n.name for n in env.site.rglob("*")), where
+    assert codes.get(18, 0) > 100, codes  # most mutations are refused; some (a date, a pid) still recover
+
+
 def test_each_site_packages_gets_a_journal_naming_only_itself(tmp_path: Path) -> None:
     """A commit across two site-packages writes into each a journal of that directory alone."""
     a, b = tmp_path / "a", tmp_path / "b"
