@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from t4patch.contract import Engine, EngineTable, MarlinSpec
 from t4patch.engines.sglang.engine import SglangEngine
+from t4patch.engines.triton.engine import TritonEngine
 from t4patch.engines.vllm.engine import VllmEngine
 
 # In the order people think about them (doctor lists them so; the first Marlin provider is the default).
-ENGINES = EngineTable((VllmEngine(), SglangEngine()))
+ENGINES = EngineTable((VllmEngine(), SglangEngine(), TritonEngine()))
 
 
 def get(name: str) -> Engine | None:
