@@ -341,7 +341,8 @@ def test_json_document_carries_everything_a_script_needs():
         "num_warps": 4, "num_stages": 3, "shared_bytes": 98304, "limit_bytes": 65536,
         "registers": 64, "spills": 10, "fits": False,
         # the dot path (issue 21.2): not reported by this synthetic worker result, so unknown, never guessed
-        "dot_path": None, "mma_sync": None, "fma_rn_f32": None, "fp16_dots": 0, "fp16_dots_on_fma": 0, "ok": False,
+        "dot_path": None, "mma_sync": None, "fma_rn_f32": None, "fp16_dots": 0, "fp16_dots_on_fma": 0,
+        "dot_types": [], "ok": False,
     }
     json.dumps(doc)  # serialisable as is
 
@@ -502,3 +503,206 @@ def test_worker_progress_reaches_the_terminal_line(tmp_path):
         line.clear()
     assert "\r" in tty.getvalue() and "1/3 cases" in tty.getvalue() and tty.getvalue().endswith("\r")
     assert pipe.getvalue() == ""  # never in logs or pipes
+
+
+# --------------------------------------------------------------------------------------------- dot path (issue 21.2)
+
+from t4patch.verify.attention import kernel_path  # noqa: E402
+
+# Shaped like what Triton 3.8 writes for an fp16 attention dot compiled for sm_75: TTIR keeps the author's types,
+# TTGIR on the FMA path widens the operands to f32 under a blocked layout, on tensor cores the result is #mma.
+TTIR_FP16 = """
+    %qk = tt.dot %q, %k, %cst, inputPrecision = tf32 : tensor<16x512xf16> * tensor<512x16xf16> -> tensor<16x16xf32> loc(#loc9)
+    %acc = tt.dot %p, %v, %acc_in {maxNumImpreciseAcc = 0 : i32} : tensor<16x16xf16> * tensor<16x512xf16> -> tensor<16x512xf32> loc(#loc10)
+"""
+TTIR_FP32 = """
+    %s = tt.dot %q, %k, %cst, inputPrecision = tf32 : tensor<16x256xf32> * tensor<256x32xf32> -> tensor<16x32xf32> loc(#l)
+"""
+TTGIR_FMA = """
+#blocked2 = #ttg.blocked<{sizePerThread = [1, 4], threadsPerWarp = [4, 8], warpsPerCTA = [4, 1], order = [1, 0]}>
+    %qk = tt.dot %a, %b, %c, inputPrecision = tf32 : tensor<16x512xf32, #ttg.dot_op<{opIdx = 0, parent = #blocked2}>> * tensor<512x16xf32, #ttg.dot_op<{opIdx = 1, parent = #blocked2}>> -> tensor<16x16xf32, #blocked2> loc(#loc9)
+    %acc = tt.dot %p, %v, %d, inputPrecision = tf32 : tensor<16x16xf32, #ttg.dot_op<{opIdx = 0, parent = #blocked2}>> * tensor<16x512xf32, #ttg.dot_op<{opIdx = 1, parent = #blocked2}>> -> tensor<16x512xf32, #blocked2> loc(#loc10)
+"""
+TTGIR_MMA = """
+#mma = #ttg.nvidia_mma<{versionMajor = 2, versionMinor = 1, warpsPerCTA = [4, 1], instrShape = [16, 8]}>
+    %qk = tt.dot %a, %b, %c, inputPrecision = tf32 : tensor<16x512xf16, #ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 2}>> * tensor<512x16xf16, #ttg.dot_op<{opIdx = 1, parent = #mma, kWidth = 2}>> -> tensor<16x16xf32, #mma> loc(#loc9)
+    %acc = tt.dot %p, %v, %d, inputPrecision = tf32 : tensor<16x16xf16, #ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 2}>> * tensor<16x512xf16, #ttg.dot_op<{opIdx = 1, parent = #mma, kWidth = 2}>> -> tensor<16x512xf32, #mma> loc(#loc10)
+"""
+PTX_MMA = """
+\tmma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 { %r53, %r54, %r55, %r56 }, { %r33, %r34 }, { %r35 }, { %r53, %r54, %r55, %r56 };
+\t@%p7 mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 { %r1, %r2, %r3, %r4 }, { %r5, %r6 }, { %r7 }, { %r1, %r2, %r3, %r4 };
+\tfma.rn.f32 \t%f1, %f2, %f3, %f4;
+\tfma.rn.ftz.f32 \t%f1, %f2, %f3, %f4;
+\tfma.rn.f32x2 \t%f1, %f2, %f3, %f4;
+\t// mma.sync in a comment is not an instruction
+"""
+PTX_FMA = "\tfma.rn.f32 \t%f1, %f2, %f3, %f4;\n" * 7 + "\tmul.f32 %f1, %f2, %f3;\n"
+
+
+def test_ptx_counts_only_the_instructions_named():
+    assert kernel_path.count_mma_sync(PTX_MMA) == 2  # with and without a predicate; not the comment
+    assert kernel_path.count_fma_f32(PTX_MMA) == 1  # not .ftz, not the f32x2 form
+    assert (kernel_path.count_mma_sync(PTX_FMA), kernel_path.count_fma_f32(PTX_FMA)) == (0, 7)
+
+
+def test_the_path_of_a_kernel_is_read_from_its_ir():
+    fma = kernel_path.analyse(TTIR_FP16, TTGIR_FMA, PTX_FMA)
+    assert fma.path == "fma" and fma.fp16_dots_on_fma == 2 and fma.has_fp16_dot
+    assert [(d.a, d.b, d.acc) for d in fma.dots] == [("f16", "f16", "f32")] * 2  # TTIR types, not TTGIR's f32
+    mma = kernel_path.analyse(TTIR_FP16, TTGIR_MMA, PTX_MMA)
+    assert (mma.path, mma.fp16_dots_on_fma, mma.mma_sync, mma.fma_f32) == ("mma", 0, 2, 1)
+    assert kernel_path.analyse("tt.return", "tt.return", "ret;").path == "none"
+    fp32 = kernel_path.analyse(TTIR_FP32, TTGIR_FMA.split("\n    %acc")[0], PTX_FMA)
+    assert fp32.path == "fma" and not fp32.has_fp16_dot and fp32.fp16_dots_on_fma == 0
+    mixed = kernel_path.analyse(TTIR_FP16, TTGIR_MMA.split("\n    %acc")[0] + TTGIR_FMA.split("loc(#loc9)")[1], None)
+    assert mixed.path == "mixed" and mixed.fp16_dots_on_fma == 1 and mixed.mma_sync is None
+
+
+def test_ir_that_does_not_line_up_claims_nothing():
+    # TTIR has two dots, TTGIR one: no dot is said to be on tensor cores, so a patched check cannot pass on it
+    unsure = kernel_path.analyse(TTIR_FP16, TTGIR_MMA.split("\n    %acc")[0], PTX_MMA)
+    assert unsure.path is None and unsure.fp16_dots_on_fma == 2
+    assert kernel_path.analyse(None, None, None).path == "none" and kernel_path.analyse(None, None, None).mma_sync is None
+    hopper = kernel_path.analyse(None, "%0 = ttng.warp_group_dot %a, %b, %c : ...", None)
+    assert hopper.path == "mma" and hopper.dots[0].a == "?"
+
+
+def _dot_launch(name: str, nbytes: int, path: str, *, spills: int = 0, fp16: bool = True, **tiles) -> dict:
+    base = launch(name, nbytes, **tiles)
+    kind = "f16" if fp16 else "f32"
+    on_cores = path == "mma"
+    base.update(spills=spills, dot_path=path, mma_sync=128 if on_cores else 0, fma_rn_f32=6 if on_cores else 4102,
+                dots=[{"a": kind, "b": kind, "acc": "f32", "tensor_cores": on_cores}] * 2)
+    return base
+
+
+def _no_dot(name: str, nbytes: int, **tiles) -> dict:
+    return {**launch(name, nbytes, **tiles), "dot_path": "none", "mma_sync": 0, "fma_rn_f32": 17, "dots": []}
+
+
+def _two_pass(patched_path: str = "mma", stock_path: str = "fma", spills: int = 0) -> tuple[list[dict], list[dict]]:
+    patched, stock = [], []
+    for layer in ("sliding", "full"):
+        for case in ("prefill", "decode-large"):
+            patched.append({"layer": layer, "case": case, "path": "2d", "error": None, "launches": [
+                _dot_launch("kernel_unified_attention", 49152, patched_path, spills=spills, BLOCK_M=16, TILE_SIZE=16)]})
+            stock.append({"layer": layer, "case": case, "path": "2d", "error": None, "launches": [
+                _dot_launch("kernel_unified_attention", 65536, stock_path, spills=690, BLOCK_M=16, TILE_SIZE=16)]})
+        for case in ("decode-small",):
+            launches = [_dot_launch("kernel_unified_attention", 49152, patched_path, BLOCK_M=16, TILE_SIZE=16),
+                        _no_dot("reduce_segments", 0, TILE_SIZE=16)]
+            patched.append({"layer": layer, "case": case, "path": "3d", "error": None, "launches": launches})
+            stock.append({"layer": layer, "case": case, "path": "3d", "error": None, "launches": [
+                _dot_launch("kernel_unified_attention", 65536, stock_path, BLOCK_M=16, TILE_SIZE=16),
+                _no_dot("reduce_segments", 0, TILE_SIZE=16)]})
+        for case, path in (("int4-prefill", "2d"), ("int4-decode-small", "3d"), ("int4-decode-large", "2d")):
+            packed = [_dot_launch("_attn_packed", 33792, "fma", spills=94, fp16=False, BLOCK_M=16, TILE_SIZE=16)]
+            for out in (patched, stock):  # fp32 dots by design: FMA on both, never required on tensor cores
+                out.append({"layer": layer, "case": case, "path": path, "error": None, "launches": packed})
+    return patched, stock
+
+
+def _report_two_pass(patched: list[dict], stock: list[dict] | None, *, arch=SM75, applied: bool = True):
+    engine = EngineResult(
+        key="vllm", distribution="vllm", version="0.33.0", site_packages="/site", patch_state="patch set applied",
+        patch_overall="applied", interpreter="/usr/bin/python3",
+        versions={"python": "3.11", "torch": "2.13.0+cpu", "triton": "3.8.0"}, loader={"route": "real package import"},
+        files={}, cases=case_results(patched, VLLM, TABLE.model, arch, stock_results=stock,
+                                     require_mma=applied and arch.name in TABLE.compiler.mma_archs,
+                                     stock_required_fma=applied and arch.capability < 80),
+        compiler={"distribution": "triton", "version": "3.8.0", "root": "/site", "t4patch_set": "applied",
+                  "passes": ["patched", "stock"] if stock is not None else ["as-installed"],
+                  "stock_env": {"T4PATCH_TRITON_MMA": "0"}, "environment": {"T4PATCH_TRITON_MMA": None}},
+    )
+    return AttentionReport(arch=arch, model=TABLE.model, target={}, engines=(engine,))
+
+
+def test_shipped_case_table_names_the_compiler_switch():
+    assert TABLE.compiler is not None and TABLE.compiler.distribution == "triton"
+    assert TABLE.compiler.stock_env == {"T4PATCH_TRITON_MMA": "0"} and TABLE.compiler.mma_archs == ("sm_75",)
+
+
+def test_patched_triton_on_tensor_cores_passes_and_shows_stock_beside_it():
+    report = _report_two_pass(*_two_pass())
+    assert report.ok, report.failures()
+    check(report)
+    rendered = report.render_text()
+    assert all(len(line) <= 120 for line in rendered.splitlines())
+    text = " ".join(rendered.split())  # wrapped to 120 columns
+    assert "t4patch's Triton set applied: every launch compiled as patched (rows) and with T4PATCH_TRITON_MMA=0" in text
+    assert "tiles: BLOCK_M=16 TILE_SIZE=16; dots 2 f16*f16->f32; mma.sync 128, fma.rn.f32 6" in text
+    assert "dots 2 f32*f32->f32; mma.sync 0, fma.rn.f32 4,102" in text  # the INT4 kernel's dots are fp32
+    assert "stock Triton: fma, mma.sync 0, fma.rn.f32 4,102, 65,536 B (fits), 64 regs, 690 spills" in text
+    assert "dot paths: 6 fma, 6 mma, 2 none; stock Triton (set switched off): 12 fma, 2 none" in text
+    kernel = report.to_json()["engines"][0]["cases"][0]["kernels"][0]
+    assert (kernel["dot_path"], kernel["mma_sync"], kernel["fp16_dots"], kernel["fp16_dots_on_fma"]) == ("mma", 128, 2, 0)
+    assert kernel["stock"]["dot_path"] == "fma" and kernel["stock"]["spills"] == 690
+
+
+def test_patched_fp16_dot_on_fma_or_spilling_fails_with_exit_12():
+    on_fma = _report_two_pass(*_two_pass(patched_path="fma"))
+    problems = [p for _, c in on_fma.failures() for p in c.problems]
+    assert len(on_fma.failures()) == 6 and all("fp16 tl.dot on the FMA path" in p for p in problems)
+    assert "2 of 2 fp16 tl.dot on the FMA path with t4patch's Triton set applied (mma.sync 0, fma.rn.f32 4,102)" in problems[0]
+    with pytest.raises(VerificationError) as info:
+        check(on_fma)
+    assert info.value.exit_code == 12
+    spilling = _report_two_pass(*_two_pass(spills=12))
+    assert {c.case for _, c in spilling.failures()} == {"prefill", "decode-large"}
+    assert "kernel_unified_attention spills 12 words per thread on the patched compile" in spilling.failures()[0][1].problems[0]
+
+
+def test_stock_compile_with_tensor_cores_is_a_cache_key_mixup():
+    patched, stock = _two_pass(stock_path="mma")
+    report = _report_two_pass(patched, stock)
+    problems = [p for _, c in report.failures() for p in c.problems]
+    assert problems and all("a patched kernel was reused from Triton's cache" in p for p in problems)
+
+
+def test_without_the_triton_set_fma_and_spills_do_not_fail():
+    patched, _ = _two_pass(patched_path="fma", spills=600)
+    report = _report_two_pass(patched, None, applied=False)
+    assert report.ok
+    assert "spills cost speed, never correctness" in " ".join(report.render_text().split())
+
+
+def test_the_set_is_required_only_where_it_serves():
+    sm70 = load_archs()["sm_70"]  # Volta: the set is gated on exactly cc 7.5, so FMA there is expected
+    patched, stock = _two_pass(patched_path="fma")
+    assert not [p for _, c in _report_two_pass(patched, stock, arch=sm70).failures() for p in c.problems
+                if "FMA path" in p]
+
+
+def test_missing_modules_are_named_at_once_with_the_verify_extra(tmp_path):
+    engine = _engine(tmp_path)
+    error = {"kind": "missing-dependency", "module": "torch", "modules": ["torch", "triton", "regex"],
+             "message": "cannot import torch, triton, regex"}
+    with pytest.raises(MissingDependencyError) as info:
+        _raise_worker_error(engine, "/t4/bin/python", error)
+    message, hint = info.value.message, info.value.hint
+    assert "cannot import torch, triton, regex" in message and "verify extra" in message
+    assert hint.startswith("/t4/bin/python -m pip install --extra-index-url https://download.pytorch.org/whl/cpu ")
+    for spec in ("'torch>=2.4'", "'triton~=3.8.0'", "numpy", "regex"):  # the whole extra in one command
+        assert spec in hint.split(), (spec, hint)
+    # a release whose torch pins triton 3.7: the same command with that series, said in the message
+    old = select_engines(["vllm"], TABLE, resolve_target(site_packages=str(
+        make_dist(tmp_path / "old", name="vllm", version="0.32.0", files={"vllm/__init__.py": ""}))))[0]
+    with pytest.raises(MissingDependencyError) as info:
+        _raise_worker_error(old, "/t4/bin/python", error)
+    assert "'triton~=3.7.0'" in info.value.hint.split() and "triton 3.7.x for vllm 0.32.0" in info.value.message
+    # the target's interpreter (--python): only what is missing, never a second torch into the serving env
+    with pytest.raises(MissingDependencyError) as info:
+        _raise_worker_error(engine, "/srv/bin/python", {**error, "modules": ["regex"]}, own_interpreter=False)
+    assert info.value.hint == "/srv/bin/python -m pip install regex"
+
+
+def test_the_worker_looks_for_every_needed_module_before_importing(tmp_path, monkeypatch):
+    from t4patch.verify.attention import worker
+
+    request = {"engine": {"packages": ["vllm"], "triton_series": "3.8", "distribution": "vllm", "version": "0.33.0"},
+               "root": str(tmp_path), "needs": ["torch", "triton", "no_such_module_a", "no_such_module_b"]}
+    monkeypatch.setattr(worker.sys, "path", list(worker.sys.path))
+    monkeypatch.setattr(worker.sys, "meta_path", list(worker.sys.meta_path))
+    result = worker.run_request(request)
+    assert result["ok"] is False and result["error"]["kind"] == "missing-dependency"
+    assert result["error"]["modules"] == ["no_such_module_a", "no_such_module_b"]

@@ -41,6 +41,7 @@ class KernelResult:
     fp16_dots: int = 0  # fp16 x fp16 tl.dot ops of the kernel (TTIR)
     fp16_dots_on_fma: int = 0  # of those, the ones not shown on tensor cores (TTGIR)
     tensor_core_dots: int = 0  # dots of any type on tensor cores (TTGIR)
+    dot_types: tuple[str, ...] = ()  # per dot, "f16*f16->f32" (TTIR: the types the kernel author wrote)
     require_mma: bool = False  # the compiler has t4patch's Triton set and serves this architecture with it
     stock: KernelResult | None = None  # the same launch compiled with the set switched off
     stock_required_fma: bool = False  # the stock compile must not have tensor-core dots (arch below cc 8.0)
@@ -92,6 +93,7 @@ class KernelResult:
             "fma_rn_f32": self.fma_f32,
             "fp16_dots": self.fp16_dots,
             "fp16_dots_on_fma": self.fp16_dots_on_fma,
+            "dot_types": list(self.dot_types),
             "ok": self.ok,
             **({"stock": self.stock.to_json()} if self.stock is not None else {}),
         }
@@ -344,7 +346,11 @@ def _compiler_line(compiler: dict[str, Any]) -> str:
 
 def _tiles_line(k: KernelResult) -> str:
     tiles = " ".join(f"{n}={v}" for n, v in k.tiles.items() if v is not None)
-    counts = f"mma.sync {_count(k.mma_sync)}, fma.rn.f32 {_count(k.fma_f32)}"
+    kinds: dict[str, int] = {}
+    for kind in k.dot_types:
+        kinds[kind] = kinds.get(kind, 0) + 1
+    dots = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+    counts = (f"dots {dots}; " if dots else "") + f"mma.sync {_count(k.mma_sync)}, fma.rn.f32 {_count(k.fma_f32)}"
     return f"tiles: {tiles}; {counts}" if tiles else counts
 
 
@@ -426,6 +432,7 @@ def kernel_results(
                 fp16_dots=len(fp16),
                 fp16_dots_on_fma=sum(1 for d in fp16 if d.get("tensor_cores") is not True),
                 tensor_core_dots=sum(1 for d in dots if d.get("tensor_cores") is True),
+                dot_types=tuple(f"{d.get('a')}*{d.get('b')}->{d.get('acc')}" for d in dots),
                 require_mma=require_mma,
                 stock=stock[i] if paired else None,
                 stock_required_fma=stock_required_fma,
