@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.version import InvalidVersion, Version
@@ -117,6 +118,28 @@ def make_dist(site: Path, name: str = "fakeengine", version: str = "1.2.0", file
     rows.append(f"{dist_info.name}/METADATA,,")
     rows.append(f"{dist_info.name}/RECORD,,")
     (dist_info / "RECORD").write_text("\n".join(rows) + "\n")
+    return site
+
+
+def companions_standin(site: Path, patch_set: Any) -> Path:
+    """A stand-in for each companion ``patch_set`` requires ([[requires]]): its metadata at the required release,
+    the released (pristine) files its own patch set targets, from the real wheel, and an empty file where its
+    compiled library goes. For real-wheel tests of something else (apply/revert, options, wheels, the redirect)
+    whose ``status --check`` would otherwise fail on the missing companion, as it must; the real companions are
+    proven in tests/integration/test_status_check_real.py."""
+    from t4patch.errors import T4PatchError
+    from t4patch.patching.registry import find_patch_set
+
+    for needed in patch_set.requires:
+        files = {needed.library or f"{needed.distribution}/__init__.py": ""}
+        try:
+            own = find_patch_set(needed.distribution, needed.version)
+        except T4PatchError:
+            own = None
+        if own is not None:
+            tree = extracted_wheel(wheel_path(needed.distribution, needed.version))
+            files.update({t.path: (tree / t.path).read_text(encoding="utf-8") for t in own.targets})
+        make_dist(site, name=needed.distribution, version=needed.version, files=files)
     return site
 
 

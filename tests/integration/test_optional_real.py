@@ -19,7 +19,14 @@ from t4patch.environment.target import resolve_target
 from t4patch.fileio.hashing import sha256_file
 from t4patch.patching.registry import all_patch_sets, find_patch_set
 from t4patch.patching.wheel import build_patched_wheel
-from tests.helpers import extracted_wheel, install_wheel_to, progress, site_from_extracted, wheel_path
+from tests.helpers import (
+    companions_standin,
+    extracted_wheel,
+    install_wheel_to,
+    progress,
+    site_from_extracted,
+    wheel_path,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +48,8 @@ def ps(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
 @pytest.fixture
 def site(ps, tmp_path: Path) -> Path:
     tree = extracted_wheel(wheel_path(ENGINE, ps.version))
-    return site_from_extracted(tree, tmp_path / "site", [t.path for t in ps.targets + ps.optional_targets])
+    site = site_from_extracted(tree, tmp_path / "site", [t.path for t in ps.targets + ps.optional_targets])
+    return companions_standin(site, ps)  # status --check requires the set's companions
 
 
 def record_mismatches(site: Path) -> list[str]:
@@ -121,7 +129,7 @@ def test_wheel_with_the_option_installs_as_applied(ps, tmp_path: Path, cli) -> N
         (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/t4patch.json")]
         assert json.loads(zf.read(name))["options"] == [OPTION]
 
-    site = install_wheel_to(tmp_path / "site", chosen.path)
+    site = companions_standin(install_wheel_to(tmp_path / "site", chosen.path), ps)
     at = ["--site-packages", str(site)]
     doc = engine_doc(cli, site, "--check", "--with", OPTION)
     assert doc["installed_version"] == chosen.version and doc["state"] == "applied"

@@ -19,7 +19,13 @@ import pytest
 from t4patch.environment.target import resolve_target
 from t4patch.fileio.hashing import sha256_file
 from t4patch.patching.registry import all_patch_sets
-from tests.helpers import extracted_wheel, install_wheel_to, site_from_extracted, wheel_path
+from tests.helpers import (
+    companions_standin,
+    extracted_wheel,
+    install_wheel_to,
+    site_from_extracted,
+    wheel_path,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +57,7 @@ def installed(request, tmp_path_factory):
     tree = extracted_wheel(wheel_path(ps.distribution, ps.version))
     site = site_from_extracted(tree, tmp_path_factory.mktemp(ps.distribution) / "site",
                                [t.path for t in ps.targets + ps.optional_targets])
-    return ps, site
+    return ps, companions_standin(site, ps)  # status --check requires the set's companions
 
 
 def test_apply_status_reapply_revert_on_real_wheel(installed, cli, tmp_path, monkeypatch):

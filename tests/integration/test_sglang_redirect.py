@@ -26,7 +26,7 @@ import pytest
 
 from t4patch.cli import main as t4patch_main
 from t4patch.patching.registry import all_patch_sets
-from tests.helpers import extracted_wheel, site_from_extracted, wheel_path
+from tests.helpers import companions_standin, extracted_wheel, site_from_extracted, wheel_path
 
 torch = pytest.importorskip("torch")
 
@@ -62,6 +62,7 @@ def sites(request, tmp_path_factory):
         (pristine / target.path).parent.mkdir(parents=True, exist_ok=True)
         (pristine / target.path).write_bytes((site / target.path).read_bytes())
     assert t4patch_main(["apply", patch_set.spec, "--site-packages", str(site)]) == 0
+    companions_standin(site, patch_set)  # status --check requires the set's companions
     assert t4patch_main(["status", "sglang", "--check", "--site-packages", str(site)]) == 0
     for target in patch_set.targets:
         assert hashlib.sha256((site / target.path).read_bytes()).hexdigest() == target.patched_sha256

@@ -27,7 +27,7 @@ from t4patch.fileio.wheeltools import Member, copied, write_archive
 from t4patch.patching.manifest import PatchSet
 from t4patch.patching.registry import all_patch_sets
 from t4patch.patching.wheel import PatchedWheel, build_patched_wheel
-from tests.helpers import install_wheel_to, progress, wheel_path
+from tests.helpers import companions_standin, install_wheel_to, progress, wheel_path
 
 pytestmark = pytest.mark.integration
 SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fleet" / "install-patched-wheels.sh"
@@ -74,6 +74,7 @@ def built(request: pytest.FixtureRequest, wheels: Path, tmp_path_factory: pytest
     ps = request.param
     result = patched_wheel(ps, wheels)
     site = install_wheel_to(tmp_path_factory.mktemp(f"{ps.distribution}-node") / "site", result.path)
+    companions_standin(site, ps)  # status --check requires the set's companions
     return Built(ps, wheel_path(ps.distribution, ps.version), result, site)
 
 
