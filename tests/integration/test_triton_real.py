@@ -7,7 +7,7 @@ proven is the evidence class "compiled for sm_75 on the CPU":
 
 - stock: an fp16 tl.dot compiled for sm_75 has no ``mma.sync`` (FMA path); after ``t4patch apply`` it uses
   ``mma.sync.aligned.m16n8k8...f16.f16`` and no ``fma.rn.f32``, with fp32 and with fp16 accumulation;
-- sm_80 and sm_90 PTX, and bf16 / fp32 dots at sm_75, are byte-identical to stock;
+- sm_70 and sm_80 / 86 / 89 / 90 / 100 / 120 PTX, and bf16 / fp32 dots at sm_75, are byte-identical to stock;
 - ``T4PATCH_TRITON_MMA=0`` gives back stock's sm_75 PTX; any other value than 0/1/empty fails loudly;
 - one TRITON_CACHE_DIR for stock, patched and patched-with-the-switch-off: each compile gets its own kernel
   (the cache key differs), never the other's cached one;
@@ -58,8 +58,10 @@ PROBE = textwrap.dedent('''
     out = {"triton": triton.__file__}
     for name, dt, acc, cc in [("f16-f32@75", "fp16", "fp32", 75), ("f16-f16@75", "fp16", "fp16", 75),
                               ("bf16-f32@75", "bf16", "fp32", 75), ("f32-f32@75", "fp32", "fp32", 75),
-                              ("f16-f32@80", "fp16", "fp32", 80), ("f16-f32@90", "fp16", "fp32", 90),
-                              ("bf16-f32@80", "bf16", "fp32", 80)]:
+                              ("f16-f32@70", "fp16", "fp32", 70), ("f16-f32@80", "fp16", "fp32", 80),
+                              ("f16-f32@86", "fp16", "fp32", 86), ("f16-f32@89", "fp16", "fp32", 89),
+                              ("f16-f32@90", "fp16", "fp32", 90), ("f16-f32@100", "fp16", "fp32", 100),
+                              ("f16-f32@120", "fp16", "fp32", 120), ("bf16-f32@80", "bf16", "fp32", 80)]:
         sig = {"a": "*" + dt, "b": "*" + dt, "c": "*" + acc, "K": "constexpr", "BM": "constexpr",
                "BN": "constexpr", "BK": "constexpr"}
         src = ASTSource(gemm, sig, constexprs={"K": 128, "BM": 64, "BN": 64, "BK": 32})
@@ -135,7 +137,9 @@ def test_apply_turns_fp16_dots_into_turing_mma_and_nothing_else(triton_site, cli
         assert patched[variant]["mma_sync"] == patched[variant]["f16_m16n8k8"]
         assert patched[variant]["fma_rn_f32"] == 0
         assert patched[variant]["key"] != stock[variant]["key"], "patched kernel must not reuse stock's cache entry"
-    for variant in ("f16-f32@80", "f16-f32@90", "bf16-f32@80", "bf16-f32@75", "f32-f32@75"):
+    # Volta (7.0) and every cc >= 8.0 compile as stock, as do non-fp16 dots at 7.5
+    for variant in ("f16-f32@70", "f16-f32@80", "f16-f32@86", "f16-f32@89", "f16-f32@90", "f16-f32@100",
+                    "f16-f32@120", "bf16-f32@80", "bf16-f32@75", "f32-f32@75"):
         assert patched[variant]["sha256"] == stock[variant]["sha256"], f"{variant}: PTX must be byte-identical"
     assert patched["bf16-f32@75"]["mma_sync"] == 0 and patched["f32-f32@75"]["mma_sync"] == 0
 
