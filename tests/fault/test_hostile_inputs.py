@@ -282,6 +282,27 @@ def test_an_output_inside_the_patch_set_tree_is_refused(world: Path, capsys: pyt
     assert code == 0 and "1.3.0" not in out_text
 
 
+@pytest.mark.parametrize("which", ["wheel", "port"])
+def test_an_output_inside_the_shipped_patch_set_tree_is_refused(world: Path, capsys: pytest.CaptureFixture[str],
+                                                                which: str) -> None:
+    """-o in the shipped tree (this checkout's patches/, which list reads without --patches) is refused too.
+    (Skipped where the output checks do not exist, so an older t4patch never writes into the repository.)"""
+    pytest.importorskip("t4patch.patching.output_dir")
+    from t4patch.data.locations import shipped_dirs
+
+    shipped = next((d for d in shipped_dirs("patches") if d.is_dir()), None)
+    if shipped is None:
+        pytest.skip("no shipped patch-set tree here")
+    for out in (shipped, shipped / "h4b-hostile-output-test"):
+        before = tree(shipped) if out == shipped else None
+        code, _o, err = run_cli(capsys, command(which, world, world / "wheels" / wheel_name(
+            "1.3.0" if which == "port" else "1.2.0"), out))
+        assert code == 2 and "patch-set tree" in one_line(err), err
+        assert not (shipped / "h4b-hostile-output-test").exists()
+        if before is not None:
+            assert tree(shipped) == before
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a child as another user")
 @pytest.mark.parametrize("which", ["wheel", "port"])
 def test_an_output_this_user_may_not_write_is_refused_as_nobody(env: Env, which: str,
