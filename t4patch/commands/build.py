@@ -119,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         for art in record["artifacts"]:
             say(f"artifact {art['path']}  sha256 {art['sha256']}")
+    library = (record.get("extension") or {}).get("library") or {}
+    if library.get("path"):
+        say(f"library {library['path']}")
     say(f"log     {plan.log_path}")
     say(f"record  {plan.record_path}")
     return 0
