@@ -82,3 +82,20 @@ def test_the_loader_refuses_a_library_without_the_ops(tmp_path):
     with pytest.raises(BuildError, match="does not load into torch") as info:
         m.load_ops(lib)
     assert info.value.hint.endswith("t4patch build vllm-marlin-sm75")
+
+
+def test_build_dry_run_shows_the_plan_and_refuses_without_the_sdist(tmp_path, monkeypatch, capsys):
+    import json
+
+    from t4patch import cli
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("T4PATCH_VLLM_SDIST", raising=False)
+    assert cli.main(["build", m.RECIPE_NAME, "--dry-run", "--json"]) == 14  # the preflight: no sdist here
+    doc = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in doc["plan"]["steps"]] == ["unpack", "generate", "register", "compile", "link"]
+    assert doc["plan"]["ptx_only"] and doc["plan"]["out"].startswith(str(tmp_path / "t4patch" / "extensions"))
+    checks = {c["name"]: c for c in doc["preflight"]}
+    assert {"nvcc", "torch", "cublas header", "generator", "source archive", "disk"} <= set(checks)
+    assert not checks["source archive"]["ok"] and "T4PATCH_VLLM_SDIST=PATH" in checks["source archive"]["fix"]
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))  # a dry run writes nothing
