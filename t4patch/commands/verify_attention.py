@@ -2,8 +2,12 @@
 
 Compiles the installed engine's own attention launches (Gemma 4 E2B shapes, every code path) for the chosen
 architecture on this machine, no GPU needed, and compares each kernel's shared memory with the architecture's
-limit. Exit 0 when every case fits, 12 (VerificationError) when any does not; 10 when torch / triton / an
-engine dependency is missing in the interpreter that compiles.
+limit. Per launch it also reports the path of its tl.dot (tensor cores or fp32 FMA, with the PTX's mma.sync and
+fma.rn.f32 counts); when the compiling Triton has t4patch's Triton set applied, each launch is compiled a second
+time with the set switched off and shown beside it. Exit 0 when every case fits, 12 (VerificationError) when
+any does not, or, with the Triton set applied on sm_75, when a patched fp16 attention dot stays on FMA or
+spills; 10 when torch / triton / an engine dependency is missing in the interpreter that compiles (every
+missing module named at once, with one install command).
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
         + "; ".join(e.attention_summary for e in ENGINES if e.attention_summary)
         + ") with Gemma 4 E2B shapes, compile every "
         "launch for --arch instead of running it, and report tiles, warps, shared memory against the "
-        "architecture's limit, registers and spills. Needs torch (CPU build is fine) and the triton the "
-        "engine pins (the verify extra: pip install -e '.[verify]' in a t4patch checkout), no GPU.",
+        "architecture's limit, registers, spills and the path each tl.dot took (mma.sync / fma.rn.f32 "
+        "counts), stock and patched Triton side by side when t4patch's Triton set is applied. Needs torch "
+        "(CPU build is fine) and the triton the engine pins (the verify extra: pip install -e '.[verify]' in "
+        "a t4patch checkout), no GPU.",
     )
     parser.add_argument(
         "engines",

@@ -11,6 +11,11 @@ sm_75 stand-in: at 32 query heads per KV head its ``_attn_packed`` needs 69,632 
 (stock misfits; the patch halves the tile to 16: 51,200 B) and 131,072 B at head 512 even at TILE 16, where
 the patched launcher itself raises the clear RuntimeError (the table copy drops ``accepted_refusal``, so the
 raise shows as the case's compile error rather than as a REFUSED verdict).
+
+With t4patch's Triton set (issue 21.3) the same BLOCK_M 32 at head 512 fits on tensor cores: the patched
+launcher compiles first and keeps the tile the compiler says fits (TILE 16: 65,536 B, exactly a T4's limit)
+instead of raising; the Triton wheel is installed into a directory, patched with ``t4patch apply
+triton==3.8.0`` and imported by the compile worker from there (``PYTHONPATH``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from t4patch.cli import main
+from t4patch.commands.engine_table import ENGINES
 from t4patch.data.locations import data_dir
 from t4patch.environment.target import resolve_target
 from t4patch.verify.attention.cases import load_archs, load_cases
@@ -58,7 +64,7 @@ def _table_32_heads(tmp_path: Path, keep_refusals: bool = True):
         text = re.sub(r"(?m)^accepted_refusal = .*\n", "", text)
     path = tmp_path / "attention-cases.toml"
     path.write_text(text, encoding="utf-8")
-    return load_cases(path)
+    return load_cases(path, drivers=ENGINES.attention_drivers())
 
 
 def _verify(site: Path, table):
@@ -108,3 +114,36 @@ def test_int4_launcher_clamps_head_256_and_raises_for_head_512_on_an_sm75_standi
                      "--kv-cache-dtype auto (or float16)"):
             assert part in c.error, (part, c.error)
         assert "OutOfResources" not in c.error
+
+
+@pytest.fixture(scope="module")
+def patched_triton(tmp_path_factory) -> Path:
+    site = install_wheel_to(tmp_path_factory.mktemp("triton-3.8.0"), wheel_path("triton", "3.8.0"))
+    assert main(["apply", "triton==3.8.0", "--site-packages", str(site)]) == 0
+    return site
+
+
+def test_with_the_triton_set_head_512_at_block_m_32_fits_and_runs_on_tensor_cores(
+    tmp_path: Path, sites, patched_triton: Path, monkeypatch
+):
+    """It runs instead of raising; verify still names what it costs: the 2D kernel spills at 255 registers."""
+    monkeypatch.setenv("PYTHONPATH", str(patched_triton))
+    engine = _verify(sites["patched"], _table_32_heads(tmp_path))
+    assert engine.compiler["t4patch_set"] == "applied"
+    core = {(c.layer, c.case): c for c in engine.cases if not c.case.startswith("int4-")}
+    for (layer, case), c in core.items():
+        assert not c.error, (layer, case, c.error)  # the patched launcher no longer raises
+        (kernel,) = [k for k in c.kernels if k.kernel == "kernel_unified_attention"]
+        assert kernel.tiles["BLOCK_M"] == 32 and kernel.dot_path == "mma" and kernel.fits, (layer, case)
+        if layer == "full":
+            assert (kernel.tiles["TILE_SIZE"], kernel.shared_bytes) == (16, 65536), case
+            # the same launch with the set switched off is the FMA path, which the launcher refuses clearly
+            assert c.stock is not None and c.stock.error and "needs 98304 B" in c.stock.error
+        else:
+            assert kernel.spills == 0 and c.ok, (case, c.problems)
+    # measured (Triton 3.8.0 for sm_75): the 3D kernel fits without spilling; the 2D one spills 10 words per
+    # thread at 255 registers, which verify attention reports as a failure of the patched compile (exit 12)
+    assert core[("full", "decode-small")].ok
+    for case in ("prefill", "decode-large"):
+        assert core[("full", case)].problems == (
+            "kernel_unified_attention spills 10 words per thread on the patched compile (255 registers)",)

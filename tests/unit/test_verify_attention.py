@@ -25,6 +25,7 @@ from t4patch.errors import (
     UsageError,
     VerificationError,
 )
+from t4patch.verify.attention import kernel_path
 from t4patch.verify.attention import runner as attention_mod
 from t4patch.verify.attention.cases import load_archs, load_cases, resolve_arch
 from t4patch.verify.attention.report import AttentionReport, EngineResult, case_results
@@ -506,9 +507,6 @@ def test_worker_progress_reaches_the_terminal_line(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------- dot path (issue 21.2)
-
-from t4patch.verify.attention import kernel_path  # noqa: E402
-
 # Shaped like what Triton 3.8 writes for an fp16 attention dot compiled for sm_75: TTIR keeps the author's types,
 # TTGIR on the FMA path widens the operands to f32 under a blocked layout, on tensor cores the result is #mma.
 TTIR_FP16 = """
