@@ -11,6 +11,12 @@ Needs torch (CPU build) and triton 3.8 in this interpreter (the `verify` extra);
 Each (tree, engine, arch) is compiled once per session and shared by the tests below. Compiled kernels are
 cached in t4patch's Triton cache (~/.cache/t4patch/triton or $TRITON_CACHE_DIR): about 4 minutes on a cold
 cache, about 1.5 minutes warm, on a 2-core CPU box.
+
+With t4patch's Triton set (issue 21): the real Triton wheel of each series is installed into a directory and
+patched with ``t4patch apply triton==X``, and the compile worker imports it from there (``PYTHONPATH``, ahead of
+this interpreter's own triton, as a serving environment with the patched Triton would); verify attention then
+compiles every launch twice, patched and with ``T4PATCH_TRITON_MMA=0``, for every release of both engines (torch
+here serves both series: a compile does not load torch's CUDA code). Roughly twice the time of the stock runs.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from t4patch.cli import main
+from t4patch.commands.engine_table import ENGINES
 from t4patch.environment.target import resolve_target
 from t4patch.errors import MissingDependencyError, VerificationError
 from t4patch.patching.registry import all_patch_sets, find_patch_set
@@ -42,7 +49,7 @@ if ".".join(triton.__version__.split(".")[:2]) != "3.8":
 REGEX_VERSION = "2026.11.19"
 T4_LIMIT = 65536
 ARCHS = load_archs()
-CASES = load_cases()
+CASES = load_cases(drivers=ENGINES.attention_drivers())  # as the command loads it
 SERIES = ".".join(triton.__version__.split(".")[:2])
 
 
@@ -105,23 +112,42 @@ def trees(request, tmp_path_factory) -> dict[str, Path]:
     return {**out, "_versions": out_versions}  # type: ignore[dict-item]
 
 
-_REPORTS: dict[tuple[str, str, str, str], object] = {}
+_REPORTS: dict[tuple[str, str, str, str, bool], object] = {}
+_TRITON_TREES: dict[str, Path] = {}
+
+
+def patched_triton(series: str, tmp_path_factory) -> Path:
+    """The real Triton wheel of ``series`` in a directory of its own, with t4patch's Triton set applied."""
+    if series not in _TRITON_TREES:
+        version = max((ps.version for ps in all_patch_sets() if ps.distribution == "triton"
+                       and ps.version.startswith(series + ".")), default=None)
+        if version is None:
+            pytest.skip(f"no t4patch Triton set for triton {series}")
+        site = install_wheel_to(tmp_path_factory.mktemp(f"triton-{version}"), wheel_path("triton", version))
+        _apply(site, f"triton=={version}")
+        _TRITON_TREES[series] = site
+    return _TRITON_TREES[series]
 
 
 @pytest.fixture(scope="module")
-def report(trees):
-    def get(tree: str, engine: str, arch: str):
+def report(trees, tmp_path_factory):
+    def get(tree: str, engine: str, arch: str, *, triton_set: bool = False):
         version = trees["_versions"][engine]
-        python = interpreter_for(series_for(engine, version))
-        key = (tree, engine, version, arch)
+        series = series_for(engine, version)
+        key = (tree, engine, version, arch, triton_set)
         if key not in _REPORTS:
             if tree not in trees:
                 pytest.skip(f"no {tree} tree (patch set not shipped)")
             site = trees[tree]
-            _REPORTS[key] = verify_attention(
-                [engine], ARCHS[arch], resolve_target(site_packages=str(site)), python=python,
-                site_packages=str(site)
-            )
+            target = resolve_target(site_packages=str(site))
+            if triton_set:  # the worker (this interpreter) imports the patched Triton of the release's series
+                with pytest.MonkeyPatch.context() as mp:
+                    mp.setenv("PYTHONPATH", str(patched_triton(series, tmp_path_factory)))
+                    _REPORTS[key] = verify_attention([engine], ARCHS[arch], target, site_packages=str(site),
+                                                     table=CASES)
+            else:
+                _REPORTS[key] = verify_attention([engine], ARCHS[arch], target, python=interpreter_for(series),
+                                                 site_packages=str(site), table=CASES)
         return _REPORTS[key]
 
     return get
@@ -274,9 +300,12 @@ def test_missing_engine_dependency_is_named(trees):
         pytest.skip("regex is importable in this interpreter, so it cannot be missing for the worker")
     site = trees["vllm-no-regex"]
     with pytest.raises(MissingDependencyError) as info:
-        verify_attention(["vllm"], ARCHS["sm_75"], resolve_target(site_packages=str(site)), site_packages=str(site))
+        verify_attention(["vllm"], ARCHS["sm_75"], resolve_target(site_packages=str(site)), site_packages=str(site),
+                         table=CASES)
     assert info.value.exit_code == 10
-    assert "regex" in info.value.message and info.value.hint.endswith("-m pip install regex")
+    # one command installs the whole verify extra (regex is one of its modules) into t4patch's interpreter
+    assert "regex" in info.value.message and "verify extra" in info.value.message
+    assert "-m pip install" in info.value.hint and "regex" in info.value.hint.split()
 
 
 # --------------------------------------------------------------------------------------------------- SGLang
@@ -305,3 +334,106 @@ def test_patched_sglang_fits_sm75_and_leaves_head256_alone(report):
 def test_sglang_patch_changes_nothing_on_sm80(report):
     stock, patched = report("sglang-stock", "sglang", "sm_80"), report("sglang-patched", "sglang", "sm_80")
     assert table(stock) == table(patched)
+
+
+# ------------------------------------------------------------------------------- with t4patch's Triton set (21)
+
+
+def _launches(rep):
+    (engine,) = rep.engines
+    return [(c, k) for c in engine.cases for k in c.kernels]
+
+
+def _kernel(rep, layer: str, case: str, name: str):
+    (engine,) = rep.engines
+    return next(k for c in engine.cases if (c.layer, c.case) == (layer, case) for k in c.kernels if k.kernel == name)
+
+
+def _assert_every_fp16_launch_on_tensor_cores(rep) -> int:
+    """Every launch with an fp16 dot: mma path, 0 spills, within a T4's 65,536 B; its stock compile: FMA."""
+    (engine,) = rep.engines
+    assert engine.compiler["t4patch_set"] == "applied" and engine.compiler["passes"] == ["patched", "stock"]
+    assert engine.compiler["pass_environment"]["stock"] == {"T4PATCH_TRITON_MMA": "0"}
+    assert engine.compiler["pass_environment"]["patched"] == {"T4PATCH_TRITON_MMA": None}
+    checked = 0
+    for case, k in _launches(rep):
+        assert k.shared_bytes <= T4_LIMIT, (case.layer, case.case, k.kernel, k.shared_bytes)
+        if k.fp16_dots:
+            checked += 1
+            assert (k.dot_path, k.fp16_dots_on_fma, k.spills) == ("mma", 0, 0), (case.layer, case.case, k)
+            assert k.mma_sync and k.mma_sync > 0
+            assert k.stock is not None and k.stock.dot_path == "fma" and k.stock.mma_sync == 0, (case.case, k.stock)
+            assert k.stock.fma_f32 and k.stock.fma_f32 > k.fma_f32
+    return checked
+
+
+def test_triton_set_puts_every_patched_vllm_fp16_attention_launch_on_mma_sm75(report):
+    rep = report("vllm-patched", "vllm", "sm_75", triton_set=True)
+    assert rep.ok, rep.render_text()
+    check(rep)  # exit 0
+    assert _assert_every_fp16_launch_on_tensor_cores(rep) == 8  # 2D and 3D core kernel, both layers
+    # tiles from what the compiler reports: head 512 2D misfits at TILE 32 on tensor cores (81,920 B), so 16
+    for case in ("prefill", "decode-large"):
+        k = _kernel(rep, "full", case, "kernel_unified_attention")
+        assert (k.tiles["BLOCK_M"], k.tiles["TILE_SIZE"], k.shared_bytes) == (16, 16, 49152)
+        assert (k.stock.tiles["TILE_SIZE"], k.stock.shared_bytes) == (16, 65536)  # the FMA path, as without the set
+        head256 = _kernel(rep, "sliding", case, "kernel_unified_attention")
+        assert (head256.tiles["TILE_SIZE"], head256.shared_bytes) == (32, 25600)
+        assert (head256.stock.tiles["TILE_SIZE"], head256.stock.shared_bytes) == (32, 49152)
+    # INT4 per-token-head KV: _attn_packed's dots are fp32 x fp32 by design (it dequantizes to float32), so the
+    # set leaves it on FMA and it is not required on tensor cores; head 512 is still refused clearly
+    packed = _kernel(rep, "sliding", "int4-prefill", "_attn_packed")
+    assert packed.dot_path == "fma" and not packed.fp16_dots and set(packed.dot_types) == {"f32*f32->f32"}
+    (engine,) = rep.engines
+    assert [c.case for c in engine.cases if c.refused] == ["int4-prefill", "int4-decode-small", "int4-decode-large"]
+    text = " ".join(rep.render_text().split())
+    assert "t4patch's Triton set applied: every launch compiled as patched (rows) and with T4PATCH_TRITON_MMA=0" in text
+
+
+def test_triton_set_on_the_stock_vllm_shows_why_the_tiles_must_be_chosen_as_compiled(report):
+    """Without the engine diff, vLLM's own TILE 32 at head 512 still misfits on tensor cores (81,920 B)."""
+    rep = report("vllm-stock", "vllm", "sm_75", triton_set=True)
+    k = _kernel(rep, "full", "prefill", "kernel_unified_attention")
+    assert (k.dot_path, k.tiles["TILE_SIZE"], k.shared_bytes, k.fits) == ("mma", 32, 81920, False)
+    assert (k.stock.dot_path, k.stock.shared_bytes) == ("fma", 98304)
+    with pytest.raises(VerificationError) as info:
+        check(rep)
+    assert info.value.exit_code == 12
+
+
+def test_triton_set_puts_every_patched_sglang_fp16_attention_launch_on_mma_sm75(report):
+    rep = report("sglang-patched", "sglang", "sm_75", triton_set=True)
+    assert rep.ok, rep.render_text()
+    check(rep)
+    assert _assert_every_fp16_launch_on_tensor_cores(rep) == 6  # extend + grouped decode, both layers
+    # head 512: the tensor-core compile keeps BLOCK_M 32 for extend and BLOCK_N 32 for decode
+    extend = _kernel(rep, "full", "prefill", "_fwd_kernel")
+    assert (extend.tiles["BLOCK_M"], extend.tiles["BLOCK_N"], extend.shared_bytes) == (32, 16, 50176)
+    assert (extend.stock.tiles["BLOCK_M"], extend.stock.tiles["BLOCK_N"], extend.stock.shared_bytes) == (16, 16, 65536)
+    for case in ("decode-small", "decode-large"):
+        decode = _kernel(rep, "full", case, "_fwd_grouped_kernel_stage1")
+        assert (decode.tiles["BLOCK_N"], decode.shared_bytes) == (32, 50176)
+        assert (decode.stock.tiles["BLOCK_N"], decode.stock.shared_bytes) == (16, 65536)
+    head256 = _kernel(rep, "sliding", "prefill", "_fwd_kernel")
+    assert (head256.tiles["BLOCK_M"], head256.tiles["BLOCK_N"]) == (32, 32)
+
+
+def test_an_interpreter_without_the_verify_modules_hears_about_all_of_them_at_once(tmp_path, capsys):
+    """Issue 23: one run names torch, triton, numpy and regex together, with one install command."""
+    import subprocess
+    import sys
+
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    install_wheel_to(site, wheel_path("vllm", "0.33.0"))
+    code = main(["verify", "attention", "vllm", "--python", str(python)])
+    err = capsys.readouterr().err
+    assert code == 10, err
+    text = " ".join(err.split())
+    assert "cannot import torch, triton, numpy, regex" in text and "verify extra" in text
+    assert f"{python} -m pip install --extra-index-url https://download.pytorch.org/whl/cpu" in text
+    for spec in ("'torch>=2.4'", "'triton~=3.8.0'", "numpy", "regex"):
+        assert spec in text.split(), (spec, text)

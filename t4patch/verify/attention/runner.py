@@ -270,7 +270,8 @@ def _raise_worker_error(
             + (f", with triton {series}.x for {engine.cases.distribution} {engine.dist.version}"
                if any(r.name == "triton" and not r.specifier.contains(f"{series}.0") for r in extra) else "")
             + "; a CPU build of torch is enough"
-            + ("" if own_interpreter else " (only the missing modules are installed, the serving torch is kept)")
+            + ("" if own_interpreter or "torch" in missing
+               else " (the command installs only the missing modules: the serving torch is kept)")
             + (f"; {message}" if message and not message.startswith("cannot import") else "")
         )
         # the whole extra in one go when t4patch's own interpreter lacks part of it; else only what is missing
