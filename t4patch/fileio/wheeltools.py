@@ -566,10 +566,19 @@ def write_wheel_file(final: Path, members: Iterable[Member], check: Callable[[Pa
     fsync_dir(final.parent)
 
 
-def sha256_stream(path: Path) -> str:
-    """sha256 of a file, read in :data:`CHUNK` pieces."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+def verify_written(path: Path, names: list[str], fresh: dict[str, bytes]) -> None:
+    """Read a just-written wheel back (an internal check): the members in the planned order, and every member
+    written anew holding exactly its bytes. Copied members are the input's stored bytes with their CRC, whose
+    content was hashed against RECORD on the way in, so they are not decompressed a second time."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            if zf.namelist() != names:
+                raise T4PatchError("internal error: the written wheel's member list is not the planned one",
+                                   hint="report this to the t4patch maintainers")
+            for name, data in fresh.items():
+                if zf.read(name) != data:
+                    raise T4PatchError(f"internal error: the written wheel's {name} is not what was planned",
+                                       hint="report this to the t4patch maintainers")
+    except (OSError, zipfile.BadZipFile, zlib.error, KeyError) as exc:
+        raise T4PatchError(f"internal error: the written wheel cannot be read back ({exc})",
+                           hint="report this to the t4patch maintainers") from None

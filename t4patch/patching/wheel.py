@@ -40,7 +40,6 @@ import re
 import shlex
 import tempfile
 import zipfile
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +48,7 @@ from packaging.version import Version
 
 from t4patch.errors import PatchSetError, T4PatchError, UnsupportedVersionError, UsageError
 from t4patch.fileio.atomic import write_bytes_atomic
-from t4patch.fileio.hashing import sha256_bytes
+from t4patch.fileio.hashing import sha256_bytes, sha256_file
 from t4patch.fileio.wheeltools import (
     SIGNATURES,
     Expected,
@@ -59,7 +58,7 @@ from t4patch.fileio.wheeltools import (
     find_release,
     open_release,
     record_line,
-    sha256_stream,
+    verify_written,
     wheel_fault,
     write_wheel_file,
 )
@@ -290,12 +289,12 @@ def _build(patch_set: PatchSet, wheel: ReleasedWheel, out_dir: Path, retry: str)
     try:
         make_output_dir(out_dir)
         if before is None:
-            write_wheel_file(final, members(), lambda p: _verify_output(p, names, fresh))
+            write_wheel_file(final, members(), lambda p: verify_written(p, names, fresh))
         else:  # a file of this name is there: keep it if it is this build's bytes, never replace someone's file
             with tempfile.TemporaryDirectory(prefix=".t4patch-wheel-", dir=out_dir) as scratch:
                 fresh_path = Path(scratch) / out_name
-                write_wheel_file(fresh_path, members(), lambda p: _verify_output(p, names, fresh))
-                found, made = sha256_stream(final), sha256_stream(fresh_path)
+                write_wheel_file(fresh_path, members(), lambda p: verify_written(p, names, fresh))
+                found, made = sha256_file(final), sha256_file(fresh_path)
                 if found != made:
                     raise UsageError(
                         f"-o {out_dir}: expected {out_name} there to be absent or this build's bytes (sha256 "
@@ -307,9 +306,9 @@ def _build(patch_set: PatchSet, wheel: ReleasedWheel, out_dir: Path, retry: str)
     except OSError as exc:  # ENOSPC, EIO, a directory made read-only meanwhile: one line, nothing left behind
         raise T4PatchError(f"-o {out_dir}: writing {out_name} failed ({exc.strerror or exc}); the directory is as "
                            "it was", hint=f"free space or fix permissions there, then: {retry}") from None
-    digest = sha256_stream(final)
+    digest = sha256_file(final)
     sums = _update_sums(out_dir, out_name, digest, retry)
-    return PatchedWheel(spec, patch_set.options_on, wheel.path, sha256_stream(wheel.path), label, new_version, final,
+    return PatchedWheel(spec, patch_set.options_on, wheel.path, sha256_file(wheel.path), label, new_version, final,
                         digest, final.stat().st_size, sums, proofs, len(wheel.infos) + 1, kept)
 
 
@@ -322,21 +321,3 @@ def _output_names(infos: tuple[zipfile.ZipInfo, ...], old_dir: str, new_dir: str
             names.append(state_name)
         names.append(name)
     return names
-
-
-def _verify_output(path: Path, names: list[str], fresh: dict[str, bytes]) -> None:
-    """Read the written wheel back (an internal check): the members in the planned order, and every member
-    written anew holding exactly its bytes. Copied members are the input's stored bytes with their CRC, whose
-    content was hashed against RECORD on the way in, so they are not decompressed a second time."""
-    try:
-        with zipfile.ZipFile(path) as zf:
-            if zf.namelist() != names:
-                raise T4PatchError("internal error: the written wheel's member list is not the planned one",
-                                   hint="report this to the t4patch maintainers")
-            for name, data in fresh.items():
-                if zf.read(name) != data:
-                    raise T4PatchError(f"internal error: the written wheel's {name} is not what was planned",
-                                       hint="report this to the t4patch maintainers")
-    except (OSError, zipfile.BadZipFile, zlib.error, KeyError) as exc:
-        raise T4PatchError(f"internal error: the written wheel cannot be read back ({exc})",
-                           hint="report this to the t4patch maintainers") from None
