@@ -15,15 +15,13 @@ from t4patch.cuda.nvcc import nvcc_release
 from t4patch.readiness.model import Check, Context, requirement
 
 TORCH_CUDA_LIBRARY = "torch/lib/libtorch_cuda.so"
-# A rig, not a measured need: Gemma 4 E2B (the reference model of the shape tables) was loaded for serving on a
-# T4 VM with 7.5 GiB RAM (the seed article's GCE n1-standard-2; the article itself prints 7.4 GiB) and a 16 GB
-# swapfile, 23.5 together. Nobody measured the load's peak RAM + swap (docs/troubleshooting.md §10 says so):
-# below the rig's total the load is not known to fit, and it may.
-RIG_RAM_GIB = 7.5
-RIG_SWAP_GB = 16
-MODEL_LOAD_GIB = RIG_RAM_GIB + RIG_SWAP_GB
-RIG = (f"the rig Gemma 4 E2B was loaded on ({RIG_RAM_GIB} GiB RAM + {RIG_SWAP_GB} GB swap on a T4 VM; a rig, not a "
-       "measured need)")
+# The article's rig, not a measured need: the seed article served Gemma 4 E2B with all six engines on a GCE
+# n1-standard-2, which it prints as "7.4 GiB RAM" and for which it reports no swap. Neither the article nor any
+# t4patch record measured the load's peak host memory (docs/troubleshooting.md §10 says so), so the only honest
+# threshold is that VM: at or above it the load is known to have fit once; below it, it is not known either way.
+ARTICLE_VM_RAM_GIB = 7.4
+ARTICLE_VM = (f"the article's T4 VM ({ARTICLE_VM_RAM_GIB} GiB RAM, GCE n1-standard-2, where all six engines loaded "
+              "Gemma 4 E2B; the load's peak was not measured)")
 GIB = 2**30
 
 
@@ -138,14 +136,16 @@ def memory_for_model(ctx: Context) -> Check:
         return Check("memory", "warn", "could not read RAM and swap (/proc/meminfo)")
     total = (ram + swap) / GIB
     text = f"RAM {ram / GIB:.1f} GiB + swap {swap / GIB:.1f} GiB = {total:.1f} GiB"
-    if total >= MODEL_LOAD_GIB:
-        return Check("memory", "ok", f"{text}: as much as {RIG}")
-    missing = MODEL_LOAD_GIB - total
+    # /proc/meminfo's MemTotal is what the article's "7.4 GiB" VM prints; allow its own rounding
+    if total >= ARTICLE_VM_RAM_GIB - 0.05:
+        return Check("memory", "ok", f"{text}: at least {ARTICLE_VM}")
+    missing = ARTICLE_VM_RAM_GIB - total
     return Check(
         "memory", "warn",
-        f"{text}: less than {RIG}; the load's peak was never measured, so less may fit",
-        fix=f"to match the rig, add {missing:.0f} GiB of swap or more: fallocate -l {max(1, round(missing + 0.5))}G /swapfile && "
-        "chmod 600 /swapfile && mkswap /swapfile && swapon /swapfile",
+        f"{text}: less than {ARTICLE_VM}, so loading may be OOM-killed (or may fit)",
+        fix=f"add swap before loading, {max(1, round(missing + 0.5))} GiB or more: "
+        f"sudo fallocate -l {max(1, round(missing + 0.5))}G /swapfile && sudo chmod 600 /swapfile && "
+        "sudo mkswap /swapfile && sudo swapon /swapfile",
     )
 
 
