@@ -96,13 +96,7 @@ CROSS_CUTTING: dict[str, str] = {
     "test_progress.py": "the suite's own progress helpers (tests/helpers.py)",
 }
 # Files still to rename (old -> new name, which this test checks is a fitting name); a rename leaves this map.
-PENDING_RENAMES: dict[str, str] = {
-    "test_build_cargo_env.py": "test_builder_pipeline_cargo_env.py",
-    "test_build_plan_truth.py": "test_builder_plan_truth.py",
-    "test_build_preflight.py": "test_builder_preflight.py",
-    "test_build_recipe.py": "test_builder_recipe.py",
-    "test_build_verify.py": "test_verify_build.py",
-}
+PENDING_RENAMES: dict[str, str] = {}
 
 
 def module_names() -> dict[str, set[str]]:
