@@ -158,12 +158,16 @@ def test_status_check_of_an_engine_that_is_not_installed_looks_there_never_insta
 
 
 def _wheel_of(site: Path, out: Path) -> Path:
-    import zipfile
-
+    """A wheel of a make_dist() site whose RECORD hashes every member but itself, as every released wheel's does
+    (the wheel reader refuses a member RECORD lists without a sha256)."""
+    files = {path.relative_to(site).as_posix(): path.read_bytes() for path in sorted(site.rglob("*"))
+             if path.is_file() and path.name != "RECORD"}
+    (record_name,) = [p.relative_to(site).as_posix() for p in site.rglob("RECORD")]
+    rows = [f"{name},{record_hash(data)},{len(data)}" for name, data in files.items()] + [f"{record_name},,"]
     with zipfile.ZipFile(out, "w") as zf:
-        for path in sorted(site.rglob("*")):
-            if path.is_file():
-                zf.write(path, path.relative_to(site).as_posix())
+        for name, data in files.items():
+            zf.writestr(name, data)
+        zf.writestr(record_name, "\n".join(rows) + "\n")
     return out
 
 
