@@ -21,10 +21,13 @@ from typing import Any
 
 from tools.research import triton_ptx_replay as replay
 
-# (M, N, K, num_warps): test_dot's base and mixed-size shapes (>= 16 in every dimension, as on NVIDIA)
+# (M, N, K, num_warps): test_dot's base and mixed-size shapes (>= 16 in every dimension, as on NVIDIA), then smaller
 SHAPES = [(64, 64, 64, 4), (32, 32, 32, 4), (16, 16, 16, 4), (128, 256, 32, 8), (128, 16, 32, 4),
           (32, 128, 64, 4), (128, 128, 64, 4), (64, 128, 128, 4), (32, 128, 64, 2), (64, 64, 32, 4),
-          (32, 32, 128, 16), (128, 128, 64, 2), (64, 128, 128, 2)]
+          (32, 32, 128, 16), (128, 128, 64, 2), (64, 128, 128, 2),
+          # under an MMA tile (16 x 8): Triton pads them onto mma.sync too (test_dot's small cases run on HIP only)
+          (1, 64, 64, 1), (2, 2, 16, 1), (64, 2, 64, 2), (16, 8, 16, 4), (8, 64, 16, 4), (1, 16, 16, 4),
+          (16, 16, 16, 1), (4, 32, 32, 4)]
 T4_SHARED = 65536
 
 
