@@ -307,7 +307,7 @@ class Shell:
         for hint in self.hints:
             for part in re.split(r"; | && ", hint):
                 if re.search(r"pip install", part):
-                    words = shlex.split(part[part.index("pip install"):])
+                    words = shlex.split(part[part.index("pip install"):].split(" (", 1)[0])  # a remark after
                     named = [w for w in words if w.split("=")[0] in ENGINE_LIBS]
                     assert not named or "--no-deps" in words, f"{part!r} installs an engine with its dependencies"
 
@@ -465,3 +465,55 @@ def test_program_for_names_the_program_as_run(tmp_path, monkeypatch):
         assert suggest.render(suggest.render(text)) == suggest.render(text)  # rendering twice changes nothing
     finally:
         suggest.reset_program()
+
+
+def _tiny_wheel(directory: Path, name: str, version: str) -> None:
+    """A real, minimal wheel of ``name==version`` for pip to find offline (a stand-in index)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    dist = f"{name}-{version}.dist-info"
+    files = {f"{name}/__init__.py": f"VERSION = {version!r}\n",
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{n},{record_hash(t.encode())},{len(t.encode())}" for n, t in files.items()]
+    files[f"{dist}/RECORD"] = "\n".join([*record, f"{dist}/RECORD,,"]) + "\n"
+    with zipfile.ZipFile(directory / f"{name}-{version}-py3-none-any.whl", "w") as zf:
+        for n, t in files.items():
+            zf.writestr(n, t)
+
+
+def test_doctor_bang_lines_pasted_into_a_fresh_shell(tmp_path, cli, monkeypatch):
+    """doctor's `!` lines for an SGLang target directory (vLLM missing, torch missing, SGLang's files not the
+    release's): each ends with a command for that directory that runs in a fresh shell (pip offline from a
+    stand-in index of tiny wheels), none installs an engine with its dependencies, and the vLLM line is gone
+    once its command ran."""
+    monkeypatch.delenv("T4PATCH_PATCHES", raising=False)
+    monkeypatch.setattr(doctor, "detect", lambda: GpuReport((T4,), "580.1", "13.0", ("nvml",)))
+    sh = Shell(tmp_path, tmp_path / "no-patches-dir", "script")
+    sh.env.pop("T4PATCH_PATCHES")
+    site = make_dist(tmp_path / AWKWARD, name="sglang", version="0.5.23", files={"sglang/__init__.py": ""})
+    index = tmp_path / "index"
+    for name, version in (("vllm", "0.33.0"), ("sglang", "0.5.23"), ("torch", "2.14.1")):
+        _tiny_wheel(index, name, version)
+    suggest.set_program(sh.program, COMMANDS)
+    try:
+        out = cli("doctor", "--site-packages", str(site)).out
+    finally:
+        suggest.reset_program()
+    bangs = [line[2:] for line in out.splitlines() if line.startswith("! ")]
+    assert any("vLLM is not installed beside SGLang" in b for b in bangs), out
+    ran = 0
+    for bang in bangs:
+        sh.hints.append(bang)
+        command = re.search(r"(\S+ -m pip install .*|" + re.escape(sh.program) + r" .*)$", bang)
+        if command is None:  # advice for the serving command line (e.g. --dtype float16), not a shell command
+            assert not re.search(r"\bpip install\b|\bt4patch (?:" + "|".join(COMMANDS) + r")\b", bang), bang
+            continue
+        text = command.group(1).split(" (", 1)[0]
+        assert str(site.resolve()) in shlex.split(text), f"{bang!r} does not aim at the target"
+        proc = sh.paste(text, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(index), PIP_NO_COMPILE="0")
+        assert proc.returncode == 0, (bang, proc.stderr[-2000:])
+        ran += 1
+    assert ran >= 2
+    sh.no_engine_install()
+    again = cli("doctor", "--site-packages", str(site)).out
+    assert not any("vLLM is not installed beside SGLang" in line for line in again.splitlines())
