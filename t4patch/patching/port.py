@@ -146,14 +146,14 @@ class PortReport:
         counts = self.counts()
         out.append("  hunks: " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts)))
         if self.draft_dir is None:
-            out.append("  no draft written: no diff landed (exit 17)")
+            out.append("  no draft written: no diff landed")
         else:
             out.append(f"  draft: {self.draft_dir} (draft = true; apply refuses it until reviewed)")
             out.append(f"  proof on {self.new_wheel.name}: {len(self.proof)} file(s) pristine = RECORD, apply "
                        f"exactly, patched hash ok, revert exactly; {len(self.compiled)} compiled")
             out.extend(f"  DOES NOT COMPILE: {e}" for e in self.compile_errors)
             out.append("  COMPLETE: every hunk landed or is upstream; review the draft" if self.complete
-                       else "  INCOMPLETE: hunks above need a hand edit before this set can ship (exit 17)")
+                       else "  INCOMPLETE: hunks above need a hand edit before this set can ship")
         return out
 
 
