@@ -698,9 +698,11 @@ def test_the_worker_looks_for_every_needed_module_before_importing(tmp_path, mon
     from t4patch.verify.attention import worker
 
     request = {"engine": {"packages": ["vllm"], "triton_series": "3.8", "distribution": "vllm", "version": "0.33.0"},
-               "root": str(tmp_path), "needs": ["torch", "triton", "no_such_module_a", "no_such_module_b"]}
+               "root": str(tmp_path), "needs": ["torch", "triton", "numpy", "regex"]}
     monkeypatch.setattr(worker.sys, "path", list(worker.sys.path))
     monkeypatch.setattr(worker.sys, "meta_path", list(worker.sys.meta_path))
+    monkeypatch.setattr(worker, "_findable", lambda name: name == "triton")  # torch, numpy, regex missing
     result = worker.run_request(request)
     assert result["ok"] is False and result["error"]["kind"] == "missing-dependency"
-    assert result["error"]["modules"] == ["no_such_module_a", "no_such_module_b"]
+    # the extra's other modules are named together with torch/triton (or with the engine's own failed import)
+    assert result["error"]["modules"] == ["torch", "numpy", "regex"]

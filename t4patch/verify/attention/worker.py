@@ -97,10 +97,11 @@ def run_request(request: dict[str, Any]) -> dict[str, Any]:
     sys.meta_path.insert(0, _EngineRootFinder(root, packages))
 
     versions: dict[str, Any] = {"python": platform.python_version(), "executable": sys.executable}
-    # Every module the compile needs is looked for before anything is imported, so one report names them all
-    # (the verify extra's modules and torch/triton; an engine dependency outside that list is found by the import).
+    # Every module the compile may need (the verify extra's) is looked for before anything is imported, so one
+    # report names them all. torch and triton are needed always; the others only if the engine's import asks for
+    # one of them (an engine may not need every module of the extra), and then they are named together.
     missing = [name for name in request.get("needs", ["torch", "triton"]) if not _findable(name)]
-    if missing:
+    if {"torch", "triton"} & set(missing):
         return _error("missing-dependency", f"cannot import {', '.join(missing)}", module=missing[0], modules=missing,
                       versions=versions)
     for name in ("torch", "triton"):
@@ -136,7 +137,7 @@ def run_request(request: dict[str, Any]) -> dict[str, Any]:
             "missing-dependency",
             f"importing {engine['distribution']} needs {exc.name}",
             module=_top(exc.name),
-            modules=[_top(exc.name)],
+            modules=list(dict.fromkeys([*missing, _top(exc.name)])),
             versions=versions,
         )
     except Exception as exc:  # noqa: BLE001 - reported as a one-line finding, with the traceback for --debug
