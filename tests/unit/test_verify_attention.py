@@ -644,7 +644,8 @@ def test_patched_fp16_dot_on_fma_or_spilling_fails_with_exit_12():
     assert "2 of 2 fp16 tl.dot on the FMA path with t4patch's Triton set applied (mma.sync 0, fma.rn.f32 4,102)" in problems[0]
     with pytest.raises(VerificationError) as info:
         check(on_fma)
-    assert info.value.exit_code == 12
+    assert info.value.exit_code == 12 and "6 attention case(s) fail on sm_75" in info.value.message
+    assert "tensor cores without spilling" in (info.value.hint or "")
     spilling = _report_two_pass(*_two_pass(spills=12))
     assert {c.case for _, c in spilling.failures()} == {"prefill", "decode-large"}
     assert "kernel_unified_attention spills 12 words per thread on the patched compile" in spilling.failures()[0][1].problems[0]

@@ -423,11 +423,16 @@ def check(report: AttentionReport, target: TargetEnvironment | None = None) -> N
     listed = "; ".join(f"{e.distribution} {c.layer}/{c.case}: {c.problems[0]}" for e, c in failures[:4])
     more = f" (+{len(failures) - 4} more)" if len(failures) > 4 else ""
     states = {e.patch_overall for e, _ in failures}
+    misfits_only = all("of shared memory > limit" in p for _, c in failures for p in c.problems)
     hint = (
         suggest.command(target, "apply", *sorted({f"{e.distribution}=={e.version}" for e, _ in failures}))
         if states & {"not-applied", "partial"}
         else "see the table above; the failing launches would raise OutOfResources on this architecture"
+        if misfits_only
+        else "see the table above: with t4patch's Triton set applied these launches must run on tensor cores "
+        "without spilling"
     )
+    verdict = "do not fit" if misfits_only else "fail on"
     raise VerificationError(
-        f"{len(failures)} attention case(s) do not fit {report.arch.name}: {listed}{more}", hint=hint
+        f"{len(failures)} attention case(s) {verdict} {report.arch.name}: {listed}{more}", hint=hint
     )
