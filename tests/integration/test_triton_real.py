@@ -7,7 +7,8 @@ proven is the evidence class "compiled for sm_75 on the CPU":
 
 - stock: an fp16 tl.dot compiled for sm_75 has no ``mma.sync`` (FMA path); after ``t4patch apply`` it uses
   ``mma.sync.aligned.m16n8k8...f16.f16`` and no ``fma.rn.f32``, with fp32 and with fp16 accumulation;
-- sm_70 and sm_80 / 86 / 89 / 90 / 100 / 120 PTX, and bf16 / fp32 dots at sm_75, are byte-identical to stock;
+- sm_70 and sm_80 / 86 / 89 / 90 / 100 / 120 PTX, and bf16 / fp32 / rank-3 (batched) fp16 dots at sm_75, are
+  byte-identical to stock;
 - ``T4PATCH_TRITON_MMA=0`` gives back stock's sm_75 PTX; any other value than 0/1/empty fails loudly;
 - one TRITON_CACHE_DIR for stock, patched and patched-with-the-switch-off: each compile gets its own kernel
   (the cache key differs), never the other's cached one;
@@ -54,6 +55,16 @@ PROBE = textwrap.dedent('''
             acc += tl.dot(x, y, out_dtype=c.dtype.element_ty)
         tl.store(c + om[:, None] * BN + on[None, :], acc)
 
+    @triton.jit
+    def bdot(X, Y, Z, B: tl.constexpr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+        ob = tl.arange(0, B)[:, None, None]
+        om = tl.arange(0, M)
+        on = tl.arange(0, N)
+        ok = tl.arange(0, K)
+        x = tl.load(X + ob * M * K + om[None, :, None] * K + ok[None, None, :])
+        y = tl.load(Y + ob * K * N + ok[None, :, None] * N + on[None, None, :])
+        tl.store(Z + ob * M * N + om[None, :, None] * N + on[None, None, :], tl.dot(x, y))
+
     F16_MMA = re.compile(r"mma\\.sync\\.aligned\\.m16n8k8\\.row\\.col\\.(?:f32|f16)\\.f16\\.f16\\.(?:f32|f16)")
     out = {"triton": triton.__file__}
     for name, dt, acc, cc in [("f16-f32@75", "fp16", "fp32", 75), ("f16-f16@75", "fp16", "fp16", 75),
@@ -70,6 +81,13 @@ PROBE = textwrap.dedent('''
         out[name] = {"sha256": hashlib.sha256(ptx.encode()).hexdigest(), "mma_sync": ptx.count("mma.sync"),
                      "f16_m16n8k8": len(F16_MMA.findall(ptx)), "fma_rn_f32": ptx.count("fma.rn.f32"),
                      "target": re.search(r"\\.target (\\w+)", ptx).group(1), "key": kernel.hash}
+    # a rank-3 (batched) dot: the Turing lowering asserts for some shapes, so the set keeps it on FMA
+    src = ASTSource(bdot, {"X": "*fp16", "Y": "*fp16", "Z": "*fp32", "B": "constexpr", "M": "constexpr",
+                           "N": "constexpr", "K": "constexpr"}, constexprs={"B": 8, "M": 16, "N": 32, "K": 64})
+    ptx = triton.compile(src, target=GPUTarget("cuda", 75, 32)).asm["ptx"]
+    out["batched@75"] = {"sha256": hashlib.sha256(ptx.encode()).hexdigest(), "mma_sync": ptx.count("mma.sync"),
+                         "f16_m16n8k8": len(F16_MMA.findall(ptx)), "fma_rn_f32": ptx.count("fma.rn.f32"),
+                         "target": re.search(r"\\.target (\\w+)", ptx).group(1), "key": ""}
     print(json.dumps(out))
 ''')
 
@@ -139,9 +157,10 @@ def test_apply_turns_fp16_dots_into_turing_mma_and_nothing_else(triton_site, cli
         assert patched[variant]["key"] != stock[variant]["key"], "patched kernel must not reuse stock's cache entry"
     # Volta (7.0) and every cc >= 8.0 compile as stock, as do non-fp16 dots at 7.5
     for variant in ("f16-f32@70", "f16-f32@80", "f16-f32@86", "f16-f32@89", "f16-f32@90", "f16-f32@100",
-                    "f16-f32@120", "bf16-f32@80", "bf16-f32@75", "f32-f32@75"):
+                    "f16-f32@120", "bf16-f32@80", "bf16-f32@75", "f32-f32@75", "batched@75"):
         assert patched[variant]["sha256"] == stock[variant]["sha256"], f"{variant}: PTX must be byte-identical"
     assert patched["bf16-f32@75"]["mma_sync"] == 0 and patched["f32-f32@75"]["mma_sync"] == 0
+    assert patched["batched@75"]["mma_sync"] == 0 and patched["batched@75"]["fma_rn_f32"] > 0
 
     switched_off = compile_probe(site, cache, "0")
     assert switched_off["f16-f32@75"]["sha256"] == stock["f16-f32@75"]["sha256"], "switch off = stock PTX"
