@@ -48,7 +48,9 @@ def test_every_engine_ships_its_three_latest_releases():
     by_engine: dict[str, list[str]] = {}
     for ps in PATCH_SETS:
         by_engine.setdefault(ps.distribution, []).append(ps.version)
-    assert by_engine == {"sglang": ["0.5.21", "0.5.22", "0.5.23"], "vllm": ["0.31.0", "0.32.0", "0.33.0"]}
+    # Triton: the two releases the shipped engine sets run on (3.7.1 under torch 2.13, 3.8.0 under torch 2.14)
+    assert by_engine == {"sglang": ["0.5.21", "0.5.22", "0.5.23"], "triton": ["3.7.1", "3.8.0"],
+                         "vllm": ["0.31.0", "0.32.0", "0.33.0"]}
 
 
 @pytest.fixture(scope="module", params=PATCH_SETS, ids=[ps.spec for ps in PATCH_SETS])
