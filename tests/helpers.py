@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -456,3 +457,57 @@ def site_from_extracted(extracted: Path, site: Path, private: list[str] | tuple[
             path.unlink()
             path.write_bytes(data)
     return site
+
+# ------------------------------------------------------------------ bad-input and recovery fault suites
+
+# the synthetic engine of the fault suites (tests/fault/) and the uid an unprivileged child drops to
+SPEC = "fakeengine"
+DIST_INFO = "fakeengine-1.2.0.dist-info"
+NOBODY = 65534
+
+
+def tree(root: Path) -> dict[str, tuple[object, ...]]:
+    """Everything under ``root``: kind, bytes or link target, mode, owner, group (FIFOs are never opened)."""
+    out: dict[str, tuple[object, ...]] = {}
+    for path in sorted(root.rglob("*")):
+        info = path.lstat()
+        if stat.S_ISLNK(info.st_mode):
+            body: object = ("link", os.readlink(path))
+        elif stat.S_ISREG(info.st_mode):
+            body = ("file", path.read_bytes())
+        else:
+            body = ("other", stat.S_IFMT(info.st_mode))
+        out[str(path.relative_to(root))] = (body, stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid)
+    return out
+
+
+def site_args(env: Env) -> list[str]:
+    """The targeting options for ``env``'s site-packages."""
+    return ["--site-packages", str(env.site)]
+
+
+def run_as_nobody(argv: list[str], stderr: Path) -> int:
+    """Run the CLI in a forked child that has dropped to uid/gid nobody; return its exit code."""
+    pid = os.fork()
+    if pid == 0:
+        code = 99
+        try:
+            fd = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+            os.dup2(fd, 2)
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 - the child's whole life
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            from t4patch.cli import main
+
+            code = main(argv)
+        except BaseException:  # noqa: BLE001 - report it; never return into pytest from the child
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)

@@ -14,7 +14,7 @@ import os
 import stat
 import sys
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,26 +22,20 @@ import pytest
 
 from t4patch.cli import main
 from t4patch.environment import interpreter
-from tests.helpers import CONFIG, KERNEL, KERNEL_PATCHED, Env, make_dist, sha
-
-SPEC = "fakeengine"
-DIST_INFO = "fakeengine-1.2.0.dist-info"
-NOBODY = 65534
-
-
-def tree(root: Path) -> dict[str, tuple[object, ...]]:
-    """Everything under ``root``: kind, bytes or link target, mode, owner, group (FIFOs are never opened)."""
-    out: dict[str, tuple[object, ...]] = {}
-    for path in sorted(root.rglob("*")):
-        info = path.lstat()
-        if stat.S_ISLNK(info.st_mode):
-            body: object = ("link", os.readlink(path))
-        elif stat.S_ISREG(info.st_mode):
-            body = ("file", path.read_bytes())
-        else:
-            body = ("other", stat.S_IFMT(info.st_mode))
-        out[str(path.relative_to(root))] = (body, stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid)
-    return out
+from tests.helpers import (
+    CONFIG,
+    DIST_INFO,
+    KERNEL,
+    KERNEL_PATCHED,
+    NOBODY,
+    SPEC,
+    Env,
+    make_dist,
+    run_as_nobody,
+    sha,
+    site_args,
+    tree,
+)
 
 
 @dataclass(frozen=True)
@@ -50,10 +44,6 @@ class Case:
     setup: Callable[[Env, Path], list[str]]  # breaks something; returns the command line
     code: int
     says: str  # a fragment the error line must contain
-
-
-def site(env: Env) -> list[str]:
-    return ["--site-packages", str(env.site)]
 
 
 def _diff(env: Env) -> Path:
@@ -100,7 +90,7 @@ def _escape_dir(env: Env, tmp: Path) -> list[str]:
         f.unlink()
     moved.rmdir()
     moved.symlink_to(outside, target_is_directory=True)
-    return ["apply", SPEC, *site(env)]
+    return ["apply", SPEC, *site_args(env)]
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -115,27 +105,27 @@ def _replace_with_dir(path: Path) -> None:
 CASES = [
     # ---- patch-set data: exit 7
     Case("diff with non-UTF-8 bytes", lambda e, t: (_write(_diff(e), _diff(e).read_bytes() + b"+\xff\xfe\n"),
-                                                   ["apply", SPEC, *site(e)])[1], 7, "UTF-8"),
-    Case("diff name is a directory", lambda e, t: (_replace_with_dir(_diff(e)), ["apply", SPEC, *site(e)])[1],
+                                                   ["apply", SPEC, *site_args(e)])[1], 7, "UTF-8"),
+    Case("diff name is a directory", lambda e, t: (_replace_with_dir(_diff(e)), ["apply", SPEC, *site_args(e)])[1],
          7, "0001-change-1.diff"),
     Case("extra patches/<engine>/latest/ (apply)",
          lambda e, t: ((e.patches / "fakeengine" / "latest").mkdir(),
                        _write(e.patches / "fakeengine" / "latest" / "manifest.toml", _manifest(e).read_bytes()),
-                       ["apply", SPEC, *site(e)])[2], 7, "'latest' is not a PEP 440 version"),
+                       ["apply", SPEC, *site_args(e)])[2], 7, "'latest' is not a PEP 440 version"),
     Case("extra patches/<engine>/latest/ (status)",
          lambda e, t: ((e.patches / "fakeengine" / "latest").mkdir(),
                        _write(e.patches / "fakeengine" / "latest" / "manifest.toml", _manifest(e).read_bytes()),
-                       ["status", *site(e)])[2], 7, "'latest' is not a PEP 440 version"),
+                       ["status", *site_args(e)])[2], 7, "'latest' is not a PEP 440 version"),
     Case("diff with trailing junk", lambda e, t: (_write(_diff(e), _diff(e).read_bytes() + b"junk\n" * 100_000),
-                                                  ["apply", SPEC, *site(e)])[1], 7, "not a unified diff"),
+                                                  ["apply", SPEC, *site_args(e)])[1], 7, "not a unified diff"),
     Case("diff with a stray line between hunks",
          lambda e, t: (_write(_diff(e), _diff(e).read_bytes().replace(b"\n@@", b"\nstray\n@@", 1)),
-                       ["apply", SPEC, *site(e)])[1], 7, "not a unified diff"),
-    Case("manifest is a directory", lambda e, t: (_replace_with_dir(_manifest(e)), ["apply", SPEC, *site(e)])[1],
+                       ["apply", SPEC, *site_args(e)])[1], 7, "not a unified diff"),
+    Case("manifest is a directory", lambda e, t: (_replace_with_dir(_manifest(e)), ["apply", SPEC, *site_args(e)])[1],
          7, "manifest.toml"),
     Case("manifest not UTF-8", lambda e, t: (_write(_manifest(e), b"\xff" + _manifest(e).read_bytes()),
-                                             ["apply", SPEC, *site(e)])[1], 7, "manifest.toml"),
-    Case("manifest not TOML", lambda e, t: (_write(_manifest(e), b"schema = = 1\n"), ["apply", SPEC, *site(e)])[1],
+                                             ["apply", SPEC, *site_args(e)])[1], 7, "manifest.toml"),
+    Case("manifest not TOML", lambda e, t: (_write(_manifest(e), b"schema = = 1\n"), ["apply", SPEC, *site_args(e)])[1],
          7, "manifest.toml"),
     Case("validate a DIR that is a file", lambda e, t: ["validate", str(_manifest(e))], 7, "manifest.toml"),
     Case("validate a DIR that does not exist", lambda e, t: ["validate", str(t / "nope")], 7, "nope"),
@@ -143,9 +133,9 @@ CASES = [
     Case("--site-packages ''", lambda e, t: ["apply", SPEC, "--site-packages", ""], 2, "empty value"),
     Case("--site-packages of spaces", lambda e, t: ["status", "--site-packages", "   "], 2, "empty value"),
     Case("--python ''", lambda e, t: ["apply", SPEC, "--python", ""], 2, "empty value"),
-    Case("a 10,000-digit version in the spec", lambda e, t: ["apply", "fakeengine==1" + "0" * 10_000, *site(e)],
+    Case("a 10,000-digit version in the spec", lambda e, t: ["apply", "fakeengine==1" + "0" * 10_000, *site_args(e)],
          2, "characters"),
-    Case("an engine named twice", lambda e, t: ["apply", SPEC, "fakeengine==1.2.0", *site(e)], 2, "named twice"),
+    Case("an engine named twice", lambda e, t: ["apply", SPEC, "fakeengine==1.2.0", *site_args(e)], 2, "named twice"),
     Case("validate --wheel that does not exist", lambda e, t: ["validate", str(_manifest(e).parent), "--wheel",
                                                                 str(t / "none.whl")], 2, "nothing there"),
     Case("validate --wheel that is not a zip",
@@ -175,57 +165,57 @@ CASES = [
     Case("--site-packages is a file", lambda e, t: ["apply", SPEC, "--site-packages", str(_manifest(e))], 3,
          "expected an existing directory"),
     Case("state record path is a directory",
-         lambda e, t: ((e.site / DIST_INFO / "t4patch.json").mkdir(), ["apply", SPEC, *site(e)])[1], 3,
+         lambda e, t: ((e.site / DIST_INFO / "t4patch.json").mkdir(), ["apply", SPEC, *site_args(e)])[1], 3,
          "state record"),
     Case("directory symlink out of the site", _escape_dir, 3, "outside the target"),
     Case("symlink loop in a target's directory",
-         lambda e, t: (_replace_tree_with_loop(e), ["apply", SPEC, *site(e)])[1], 3, "resolve"),
+         lambda e, t: (_replace_tree_with_loop(e), ["apply", SPEC, *site_args(e)])[1], 3, "resolve"),
     Case("two dist-infos of one engine",
          lambda e, t: ((e.site / "fakeengine-1.1.0.dist-info").mkdir(),
                        _write(e.site / "fakeengine-1.1.0.dist-info" / "METADATA",
                               b"Metadata-Version: 2.1\nName: fakeengine\nVersion: 1.1.0\n"),
-                       ["apply", SPEC, *site(e)])[2], 3, "fakeengine-1.1.0.dist-info"),
+                       ["apply", SPEC, *site_args(e)])[2], 3, "fakeengine-1.1.0.dist-info"),
     Case("METADATA not UTF-8",
          lambda e, t: (_write(e.site / DIST_INFO / "METADATA", b"Metadata-Version: 2.1\nName: fakeengine\n"
-                              b"Version: 1.2.0\nSummary: \xff\xfe\n"), ["apply", SPEC, *site(e)])[1], 3, "metadata"),
+                              b"Version: 1.2.0\nSummary: \xff\xfe\n"), ["apply", SPEC, *site_args(e)])[1], 3, "metadata"),
     Case("a corrupt intent journal", lambda e, t: (_write(e.site / ".t4patch-journal.json", b"{not json"),
-                                                   ["status", *site(e)])[1], 18, "intent journal"),
+                                                   ["status", *site_args(e)])[1], 18, "intent journal"),
     Case("an intent journal naming a file outside the site",
-         lambda e, t: (_write(e.site / ".t4patch-journal.json", _journal_outside(e, t)), ["apply", SPEC, *site(e)])[1],
+         lambda e, t: (_write(e.site / ".t4patch-journal.json", _journal_outside(e, t)), ["apply", SPEC, *site_args(e)])[1],
          18, "outside its site-packages"),
     # ---- the installed files: exit 6
     Case("a target replaced by a directory", lambda e, t: (_replace_with_dir(e.site / "fakeengine" / "config.py"),
-                                                           ["apply", SPEC, *site(e)])[1], 6, "a directory"),
+                                                           ["apply", SPEC, *site_args(e)])[1], 6, "a directory"),
     Case("a target replaced by a FIFO", lambda e, t: ((e.site / "fakeengine" / "config.py").unlink(),
                                                       os.mkfifo(e.site / "fakeengine" / "config.py"),
-                                                      ["apply", SPEC, *site(e)])[2], 6, "a named pipe"),
+                                                      ["apply", SPEC, *site_args(e)])[2], 6, "a named pipe"),
     Case("a target that is a dangling symlink", lambda e, t: ((e.site / "fakeengine" / "config.py").unlink(),
                                                              (e.site / "fakeengine" / "config.py").symlink_to(t / "x"),
-                                                             ["apply", SPEC, *site(e)])[2], 6, "missing"),
+                                                             ["apply", SPEC, *site_args(e)])[2], 6, "missing"),
     # ---- the installed build: exit 5
-    Case("RECORD missing", lambda e, t: (_record(e).unlink(), ["apply", SPEC, *site(e)])[1], 5, "RECORD"),
+    Case("RECORD missing", lambda e, t: (_record(e).unlink(), ["apply", SPEC, *site_args(e)])[1], 5, "RECORD"),
     Case("RECORD with bad base64 for a target",
          lambda e, t: (_write(_record(e), _record_row(e, "fakeengine/config.py", b"sha256=%%%,9")),
-                       ["apply", SPEC, *site(e)])[1], 5, "damaged"),
+                       ["apply", SPEC, *site_args(e)])[1], 5, "damaged"),
     Case("RECORD with no hash for a target",
          lambda e, t: (_write(_record(e), _record_row(e, "fakeengine/config.py", b",")),
-                       ["apply", SPEC, *site(e)])[1], 5, "has no sha256"),
+                       ["apply", SPEC, *site_args(e)])[1], 5, "has no sha256"),
     Case("RECORD not UTF-8", lambda e, t: (_write(_record(e), b"\xff\xfe" + _record(e).read_bytes()),
-                                           ["apply", SPEC, *site(e)])[1], 5, "damaged"),
+                                           ["apply", SPEC, *site_args(e)])[1], 5, "damaged"),
     Case("RECORD with an unterminated quote", lambda e, t: (_write(_record(e), _record_row(
-        e, "fakeengine/config.py", b'"sha256=abc')), ["apply", SPEC, *site(e)])[1], 5, "RECORD"),
+        e, "fakeengine/config.py", b'"sha256=abc')), ["apply", SPEC, *site_args(e)])[1], 5, "RECORD"),
     Case("RECORD is a directory", lambda e, t: (_record(e).unlink(), _record(e).mkdir(),
-                                                ["apply", SPEC, *site(e)])[2], 5, "RECORD"),
+                                                ["apply", SPEC, *site_args(e)])[2], 5, "RECORD"),
     Case("invalid Version: in METADATA (apply)",
          lambda e, t: (_write(e.site / DIST_INFO / "METADATA", b"Metadata-Version: 2.1\nName: fakeengine\n"
-                              b"Version: not.a version!\n"), ["apply", SPEC, *site(e)])[1], 5, "PEP 440"),
+                              b"Version: not.a version!\n"), ["apply", SPEC, *site_args(e)])[1], 5, "PEP 440"),
     Case("invalid Version: in METADATA (status)",
          lambda e, t: (_write(e.site / DIST_INFO / "METADATA", b"Metadata-Version: 2.1\nName: fakeengine\n"
-                              b"Version: not.a version!\n"), ["status", *site(e)])[1], 5, "PEP 440"),
+                              b"Version: not.a version!\n"), ["status", *site_args(e)])[1], 5, "PEP 440"),
     Case("a wrong pristine hash in the manifest",
          lambda e, t: (_write(_manifest(e), _manifest(e).read_bytes().replace(sha(CONFIG.encode()).encode(),
                                                                                 b"0" * 64)),
-                       ["apply", SPEC, *site(e)])[1], 5, "the manifest disagrees"),
+                       ["apply", SPEC, *site_args(e)])[1], 5, "the manifest disagrees"),
 ]
 
 
@@ -288,13 +278,13 @@ def test_symlinked_record_temp_is_not_followed(env: Env, tmp_path: Path, cli) ->
     victim.write_text("precious\n")
     (env.site / DIST_INFO / "t4patch.json.tmp").symlink_to(victim)
     (env.site / DIST_INFO / "t4patch.json").symlink_to(victim)  # even the record itself
-    result = cli("apply", SPEC, *site(env))
+    result = cli("apply", SPEC, *site_args(env))
     assert result.code == 0, result.err
     assert victim.read_text() == "precious\n"
     assert not (env.site / DIST_INFO / "t4patch.json.tmp").exists()
     record = env.site / DIST_INFO / "t4patch.json"
     assert not record.is_symlink() and json.loads(record.read_text())["patch_set"] == "fakeengine==1.2.0"
-    assert cli("revert", SPEC, *site(env)).code == 0
+    assert cli("revert", SPEC, *site_args(env)).code == 0
     assert victim.read_text() == "precious\n"
 
 
@@ -303,10 +293,10 @@ def test_file_symlink_target_leaves_the_outside_file_alone(env: Env, tmp_path: P
     outside.write_text(KERNEL)
     (env.site / "fakeengine" / "kernel.py").unlink()
     (env.site / "fakeengine" / "kernel.py").symlink_to(outside)
-    assert cli("apply", SPEC, *site(env)).code == 0
+    assert cli("apply", SPEC, *site_args(env)).code == 0
     assert outside.read_text() == KERNEL
     assert (env.site / "fakeengine" / "kernel.py").read_text() == KERNEL_PATCHED
-    assert cli("revert", SPEC, *site(env)).code == 0
+    assert cli("revert", SPEC, *site_args(env)).code == 0
     assert outside.read_text() == KERNEL
 
 
@@ -317,12 +307,12 @@ def test_owner_group_and_mode_are_kept(env: Env, cli) -> None:
     for path in [env.site, *env.site.rglob("*")]:
         os.lchown(path, NOBODY, NOBODY)
     (env.site / "fakeengine" / "kernel.py").chmod(0o640)
-    assert cli("apply", SPEC, *site(env)).code == 0
+    assert cli("apply", SPEC, *site_args(env)).code == 0
     for path in [*env.site.rglob("*")]:
         info = path.lstat()
         assert (info.st_uid, info.st_gid) == (NOBODY, NOBODY), path
     assert stat.S_IMODE((env.site / "fakeengine" / "kernel.py").stat().st_mode) == 0o640
-    assert cli("revert", SPEC, *site(env)).code == 0
+    assert cli("revert", SPEC, *site_args(env)).code == 0
     assert all(p.lstat().st_uid == NOBODY for p in env.site.rglob("*"))
 
 
@@ -341,7 +331,7 @@ def test_pyc_of_restored_files_are_kept(env: Env, cli, monkeypatch: pytest.Monke
         return real(src, dst, **kwargs)
 
     monkeypatch.setattr(os, "replace", immutable)
-    result = cli("apply", SPEC, *site(env))
+    result = cli("apply", SPEC, *site_args(env))
     assert result.code == 3 and "put back" in result.err
     assert all(p.read_bytes() == b"bytecode" for p in pycs)
     assert (env.site / "fakeengine" / "kernel.py").read_text() == KERNEL
@@ -360,54 +350,12 @@ def test_chattr_immutable_file_mid_set(env: Env, tmp_path: Path, cli) -> None:
         cache.mkdir()
         (cache / "kernel.cpython-311.pyc").write_bytes(b"bytecode")
         before = tree(env.site)
-        result = cli("apply", SPEC, *site(env))
+        result = cli("apply", SPEC, *site_args(env))
         assert result.code == 3 and "Operation not permitted" in result.err and "put back" in result.err, result.err
         assert len(result.err.strip().splitlines()) == 1
         assert tree(env.site) == before
     finally:
         subprocess.run(["chattr", "-i", str(target)], check=False)
-
-
-def _as_nobody(argv: list[str], stderr: Path) -> int:
-    """Run the CLI in a forked child that has dropped to uid/gid nobody; return its exit code."""
-    pid = os.fork()
-    if pid == 0:
-        code = 99
-        try:
-            fd = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-            os.dup2(fd, 2)
-            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 - the child's whole life
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            code = main(argv)
-        except BaseException:  # noqa: BLE001 - report it; never return into pytest from the child
-            import traceback
-
-            traceback.print_exc()
-        finally:
-            sys.stderr.flush()
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
-
-
-@pytest.fixture
-def shared_env(env: Env, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
-    """``env`` copied to a directory every user may traverse (pytest's tmp dirs are root's alone)."""
-    import shutil
-    import tempfile
-
-    where = Path(tempfile.mkdtemp(prefix="t4patch-shared-"))
-    where.chmod(0o755)
-    try:
-        shutil.copytree(env.site, where / "site", symlinks=True)
-        shutil.copytree(env.patches, where / "patches", symlinks=True)
-        monkeypatch.setenv("T4PATCH_PATCHES", str(where / "patches"))
-        yield Env(where / "site", where / "patches")
-    finally:
-        shutil.rmtree(where, ignore_errors=True)
 
 
 def test_unreadable_target_as_an_unprivileged_user(shared_env: Env, tmp_path: Path) -> None:
@@ -434,7 +382,7 @@ def test_unreadable_target_as_an_unprivileged_user(shared_env: Env, tmp_path: Pa
     before = tree(env.site)
     stderr = tmp_path / "stderr"
     for command in (["status"], ["apply", SPEC]):
-        code = _as_nobody([*command, "--site-packages", str(env.site)], stderr)
+        code = run_as_nobody([*command, "--site-packages", str(env.site)], stderr)
         text = stderr.read_text()
         assert code == 3, text
         assert text.count("\n") == 1 and "Permission denied" in text and str(secret) in text, text
@@ -447,7 +395,7 @@ def test_unreadable_patch_tree_as_an_unprivileged_user(shared_env: Env, tmp_path
         pytest.skip("needs root to run a child as another user")
     shared_env.patches.chmod(0o700)
     stderr = tmp_path / "stderr"
-    code = _as_nobody(["status", "--site-packages", str(shared_env.site)], stderr)
+    code = run_as_nobody(["status", "--site-packages", str(shared_env.site)], stderr)
     text = stderr.read_text()
     assert code == 7 and text.count("\n") == 1 and "cannot read the patch-set tree" in text, text
 
@@ -455,7 +403,7 @@ def test_unreadable_patch_tree_as_an_unprivileged_user(shared_env: Env, tmp_path
 def test_two_dist_infos_are_named_by_status(env: Env, cli) -> None:
     other = make_dist(env.site.parent / "other", version="1.1.0")
     (other / "fakeengine-1.1.0.dist-info").rename(env.site / "fakeengine-1.1.0.dist-info")
-    doc = json.loads(cli("status", "--json", *site(env)).out)["engines"][0]
+    doc = json.loads(cli("status", "--json", *site_args(env)).out)["engines"][0]
     assert doc["state"] == "foreign" and "fakeengine-1.1.0.dist-info" in doc["detail"]
     assert DIST_INFO in doc["detail"]
 

@@ -25,10 +25,20 @@ import pytest
 from t4patch.cli import main
 from t4patch.fileio import atomic
 from t4patch.patching import journal as jr
-from tests.helpers import CONFIG, CONFIG_PATCHED, KERNEL, KERNEL_PATCHED, Env, make_dist, sha
-
-from .test_bad_input import DIST_INFO, SPEC, _as_nobody, site, tree
-from .test_bad_input import shared_env as shared_env  # the fixture the unprivileged tests use
+from tests.helpers import (
+    CONFIG,
+    CONFIG_PATCHED,
+    DIST_INFO,
+    KERNEL,
+    KERNEL_PATCHED,
+    SPEC,
+    Env,
+    make_dist,
+    run_as_nobody,
+    sha,
+    site_args,
+    tree,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "0123456789abcdef"
@@ -81,7 +91,7 @@ def started(env: Env) -> dict[str, Any]:
 def refused(cli, env: Env, tmp_path: Path, journal: Path, says: str, command: tuple[str, ...] = ("status",)) -> str:
     """Run ``command`` on the site: exit 18, one line naming ``journal`` and ``says``, nothing changed."""
     before = tree(tmp_path)
-    result = cli(*command, *site(env))
+    result = cli(*command, *site_args(env))
     assert "Traceback" not in result.err and "internal error" not in result.err, result.err
     assert result.code == JOURNAL_REFUSED, result.err
     lines = result.err.strip().splitlines()
@@ -193,8 +203,8 @@ def test_commit_leaves_bytecode_behind_a_pycache_symlink_out_of_the_site(env: En
     """The commit removes stale bytecode too: never through a __pycache__ that leads out of the site."""
     (outside / "kernel.cpython-311.pyc").write_bytes(b"someone else's bytecode")
     env.file("fakeengine/__pycache__").symlink_to(outside, target_is_directory=True)
-    assert cli("apply", SPEC, *site(env)).code == 0
-    assert cli("revert", SPEC, *site(env)).code == 0
+    assert cli("apply", SPEC, *site_args(env)).code == 0
+    assert cli("revert", SPEC, *site_args(env)).code == 0
     assert (outside / "kernel.cpython-311.pyc").read_bytes() == b"someone else's bytecode"
 
 
@@ -296,9 +306,9 @@ def test_a_legitimate_journal_is_still_finished(env: Env, tmp_path: Path, cli) -
     record staged; status finishes it and the set is whole."""
     kernel, config = env.file("fakeengine/kernel.py"), env.file("fakeengine/config.py")
     record = env.file(f"{DIST_INFO}/t4patch.json")
-    assert cli("apply", SPEC, *site(env)).code == 0
+    assert cli("apply", SPEC, *site_args(env)).code == 0
     record_bytes = record.read_bytes()
-    assert cli("revert", SPEC, *site(env)).code == 0
+    assert cli("revert", SPEC, *site_args(env)).code == 0
     os.link(kernel, old_of(kernel))
     new_of(kernel).write_text(KERNEL_PATCHED)
     os.replace(new_of(kernel), kernel)  # renamed already
@@ -312,7 +322,7 @@ def test_a_legitimate_journal_is_still_finished(env: Env, tmp_path: Path, cli) -
                  kept=old_of(config)), "patch_set": "fakeengine==1.2.0"},
         {**entry(record, None, sha(record_bytes), staged=new_of(record), soft=True), "patch_set": "fakeengine==1.2.0"},
     ])
-    result = cli("status", *site(env))
+    result = cli("status", *site_args(env))
     assert result.code == 0, result.err
     assert "finished it" in result.err
     assert kernel.read_text() == KERNEL_PATCHED and config.read_text() == CONFIG_PATCHED
@@ -365,7 +375,7 @@ def test_mutated_journals_never_end_in_an_internal_error(env: Env, tmp_path: Pat
                 holder[key] = rng.choice(pool)
         journal.write_text(json.dumps(doc))
         before = tree(tmp_path)
-        result = cli("status", *site(env))
+        result = cli("status", *site_args(env))
         codes[result.code] = codes.get(result.code, 0) + 1
         where = f"trial {trial}: {json.dumps(doc)[:600]}: {result.err}"
         assert result.code in (0, 3, 18), where
@@ -406,7 +416,7 @@ def test_dist_info_symlinked_out_of_the_site_gets_no_record(env: Env, tmp_path: 
     env.file(DIST_INFO).rename(real)
     env.file(DIST_INFO).symlink_to(real, target_is_directory=True)
     before = tree(tmp_path)
-    result = cli("apply", SPEC, *site(env))
+    result = cli("apply", SPEC, *site_args(env))
     assert result.code == 3, result.err
     assert len(result.err.strip().splitlines()) == 1 and "lies outside the target" in result.err, result.err
     assert tree(tmp_path) == before and not (real / "t4patch.json").exists()
@@ -427,7 +437,7 @@ def test_failed_journal_fsync_leaves_no_journal(env: Env, tmp_path: Path, cli, m
 
     monkeypatch.setattr(atomic, "fsync_dir", failing)
     before = tree(tmp_path)
-    result = cli("apply", SPEC, *site(env))
+    result = cli("apply", SPEC, *site_args(env))
     assert result.code == 3 and "nothing was changed" in result.err, result.err
     assert len(result.err.strip().splitlines()) == 1, result.err
     assert not os.path.lexists(env.site / jr.JOURNAL_NAME)
@@ -441,7 +451,7 @@ def test_dangling_manifest_symlink_is_a_data_error(env: Env, tmp_path: Path, cli
     manifest.symlink_to(tmp_path / "nowhere.toml")
     for command in (("status",), ("apply", SPEC)):
         before = tree(tmp_path)
-        result = cli(*command, *site(env))
+        result = cli(*command, *site_args(env))
         assert result.code == 7, result.err
         assert len(result.err.strip().splitlines()) == 1 and str(manifest) in result.err, result.err
         assert "does not exist" in result.err
@@ -462,7 +472,7 @@ def test_unreadable_manifest_is_a_data_error(shared_env: Env, tmp_path: Path, un
         assert main(["status", "--site-packages", str(shared_env.site)]) == 0
     (manifest if unreadable == "manifest" else manifest.parent).chmod(0)
     stderr = tmp_path / "stderr"
-    code = _as_nobody(["status", "--site-packages", str(shared_env.site)], stderr)
+    code = run_as_nobody(["status", "--site-packages", str(shared_env.site)], stderr)
     text = stderr.read_text()
     assert code == 7 and text.count("\n") == 1 and str(manifest) in text, text
 
@@ -479,7 +489,7 @@ def test_missing_temp_files_are_named_not_called_foreign(env: Env, tmp_path: Pat
                  kept=old_of(config)), "patch_set": "fakeengine==1.2.0"},
     ])
     before = tree(tmp_path)
-    result = cli("status", *site(env))
+    result = cli("status", *site_args(env))
     assert result.code == 3, result.err
     line = result.err.strip()
     assert len(line.splitlines()) == 1 and str(journal) in line, line
@@ -501,7 +511,7 @@ def test_file_changed_since_the_crash_is_named(env: Env, tmp_path: Path, cli) ->
                  kept=old_of(config)), "patch_set": "fakeengine==1.2.0"},
     ])
     before = tree(tmp_path)
-    result = cli("status", *site(env))
+    result = cli("status", *site_args(env))
     line = result.err.strip()
     assert result.code == 3 and len(line.splitlines()) == 1 and str(journal) in line, line
     assert f"{kernel} ({sha(kernel.read_bytes())})" in line and "changed since that run died" in line, line
