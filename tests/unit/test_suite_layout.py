@@ -97,10 +97,7 @@ CROSS_CUTTING: dict[str, str] = {
     "test_progress.py": "the suite's own progress helpers (tests/helpers.py)",
 }
 # Files still to rename (old -> new name, which this test checks is a fitting name); a rename leaves this map.
-PENDING_RENAMES: dict[str, str] = {
-    # covers tools/research/triton_ptx_replay.py and the T4 model of tools/bench/triton_mma_vs_fma.py (or split in two)
-    "test_triton_mma_tools.py": "test_triton_ptx_replay.py",
-}
+PENDING_RENAMES: dict[str, str] = {}
 
 
 def module_names() -> dict[str, set[str]]:
