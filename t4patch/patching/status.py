@@ -90,7 +90,7 @@ def engine_status(name: str, target: TargetEnvironment) -> EngineStatus:
     detail = {
         "applied": "every file matches its patched sha256",
         "not-applied": "every file matches its pristine (released) sha256",
-        "partial": "some files patched, some pristine: run t4patch apply again to finish",
+        "partial": f"some files patched, some pristine; to finish: {suggest.command(target, 'apply', patch_set.spec)}",
         "foreign": f"a file matches neither hash: reinstall with {dist.reinstall_command()}",
     }[overall]
     return EngineStatus(name, dist, patch_set.spec, overall, files, detail, option_statuses(patch_set, dist),

@@ -517,3 +517,14 @@ def test_doctor_bang_lines_pasted_into_a_fresh_shell(tmp_path, cli, monkeypatch)
     sh.no_engine_install()
     again = cli("doctor", "--site-packages", str(site)).out
     assert not any("vLLM is not installed beside SGLang" in line for line in again.splitlines())
+
+
+def test_partial_state_line_pasted_finishes_the_set(shell):
+    sh, target, site, python = shell
+    assert sh.t4patch("apply", "fakeengine", *target).returncode == 0
+    (site / "fakeengine/config.py").write_text(CONFIG)  # one file back to its released bytes, by hand
+    status = sh.t4patch("status", *target).stdout
+    (line,) = [l for l in status.splitlines() if l.startswith("fakeengine 1.2.0: partial")]
+    (finish,) = sh.commands(line)
+    assert sh.paste(finish).returncode == 0
+    assert sh.t4patch("status", "--check", *target).returncode == 0
