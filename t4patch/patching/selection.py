@@ -99,7 +99,7 @@ def select(spec: str, target: TargetEnvironment) -> Selection:
     if not matches:
         raise UnsupportedVersionError(
             f"asked for {spec} but {name} {dist.version} is installed in {target.description}",
-            hint=f"ask for {name}=={dist.version}, or t4patch list for the versions t4patch supports",
+            hint=f"ask for {name}=={dist.version}; the versions t4patch supports: t4patch list",
         )
     patch_set = find_patch_set(name, dist.version)
     refuse_draft(patch_set)  # written by `t4patch port`, not reviewed yet

@@ -528,3 +528,13 @@ def test_partial_state_line_pasted_finishes_the_set(shell):
     (finish,) = sh.commands(line)
     assert sh.paste(finish).returncode == 0
     assert sh.t4patch("status", "--check", *target).returncode == 0
+
+
+def test_a_spec_that_does_not_match_the_install_names_a_list_that_runs(shell):
+    sh, target, site, python = shell
+    proc = sh.t4patch("apply", "fakeengine==9.9", *target)
+    assert proc.returncode == 5, proc.stderr
+    (listing,) = sh.commands(hint_of(proc))
+    assert listing == f"{sh.program} list"
+    ran = sh.paste(listing)
+    assert ran.returncode == 0 and "fakeengine==1.2.0" in ran.stdout
