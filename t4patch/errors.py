@@ -118,19 +118,19 @@ class DataFileError(T4PatchError):
     exit_code = 16
 
 
-class IncompletePortError(T4PatchError):
-    """`t4patch port` wrote a draft, but not every hunk landed (or a patched file does not compile): the draft
-    needs a hand edit before it can ship. The report is printed in full; this is its exit code."""
-
-    exit_code = 17
-
-
 class JournalRefusedError(TargetEnvironmentError):
     """An intent journal found in the target fails its checks (it names another site-packages, a path that
     resolves outside it, a file no shipped set pins, bytes of neither pinned hash, a delete of a file t4patch
     did not create), so recovery will not act on it: nothing was changed."""
 
     exit_code = 18
+
+
+class IncompletePortError(T4PatchError):
+    """`t4patch port` wrote a draft, but not every hunk landed (or a patched file does not compile): the draft
+    needs a hand edit before it can ship. The report is printed in full; this is its exit code."""
+
+    exit_code = 17
 
 
 EXIT_CODES: dict[str, int] = {
@@ -152,7 +152,7 @@ EXIT_CODES: dict[str, int] = {
         ToolMissingError,
         BuildError,
         DataFileError,
-        JournalRefusedError,
         IncompletePortError,
+        JournalRefusedError,
     )
 }
