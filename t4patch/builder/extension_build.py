@@ -18,6 +18,7 @@ from typing import TextIO
 from t4patch.builder.extension import Toolchain, detect_toolchain
 from t4patch.builder.plan import BuildPlan, plan_build
 from t4patch.builder.preflight import cuda_roots, enforce, run_preflight, tool_version
+from t4patch.builder.preflight import line as preflight_line
 from t4patch.builder.recipe import Recipe
 from t4patch.builder.record import BuildRecord, read_record
 from t4patch.cuda.nvcc import find_nvcc
@@ -93,7 +94,7 @@ def ensure_built(recipe: Recipe, *, source: Path | None = None, jobs: int | None
     checks = run_preflight(plan)
     for check in checks:
         if not check.ok:
-            stream.write("preflight " + check.line() + "\n")
+            stream.write("preflight " + preflight_line(check) + "\n")
     rerun = command_line(recipe, source, jobs)
     enforce(checks, command=rerun)
     execute(plan, checks, printer=StatusPrinter(stream), command_line=rerun)

@@ -319,7 +319,7 @@ def _base_record(plan: BuildPlan, checks: list[Check], command_line: str, starte
                    "path": str(plan.source.path)},
         env=dict(sorted(plan.env.items())),
         flags=plan.flags,
-        tools={c.name: c.found for c in checks},
+        tools={c.name: c.found or "" for c in checks},
         host={"machine": platform.machine(), "system": platform.system(), "release": platform.release(),
               "cpus": os.cpu_count(), "python": platform.python_version()},
         started=started,

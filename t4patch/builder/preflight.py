@@ -14,17 +14,17 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from t4patch.builder.plan import BuildPlan
+from t4patch.contract.doctor import Check
 from t4patch.cuda.arch import Arch
 from t4patch.cuda.nvcc import find_nvcc
 from t4patch.errors import ToolMissingError
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 Which = Callable[[str], "str | None"]
-__all__ = ["Check", "enforce", "find_nvcc", "run_preflight", "tool_version"]  # find_nvcc: t4patch.cuda.nvcc's
+__all__ = ["Check", "check", "check_json", "enforce", "line", "find_nvcc", "run_preflight", "tool_version"]  # find_nvcc: t4patch.cuda.nvcc's
 
 # How to ask each tool its version, and the first version-looking number in the answer.
 VERSION_COMMANDS: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
@@ -64,21 +64,22 @@ LIBRARIES: dict[str, tuple[str, str | None, str]] = {
 }
 
 
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    found: str
-    message: str  # the one line shown: what was needed and what was found
-    fix: str | None = None
+def check(name: str, ok: bool, found: str, message: str, fix: str | None = None) -> Check:
+    """One preflight finding as the one ``Check`` every ok / warn / fail list uses (t4patch.contract): a
+    preflight check either passes or fails the build (no warnings), and always reports the bare value found."""
+    return Check(name, "ok" if ok else "fail", message, fix, found)
 
-    def line(self) -> str:
-        status = "ok  " if self.ok else "FAIL"
-        tail = f"; fix: {self.fix}" if (self.fix and not self.ok) else ""
-        return f"{status} {self.name}: {self.message}{tail}"
 
-    def to_dict(self) -> dict[str, object]:
-        return {"name": self.name, "ok": self.ok, "found": self.found, "message": self.message, "fix": self.fix}
+def line(found: Check) -> str:
+    """The preflight's text line: ``ok   NAME: what`` or ``FAIL NAME: what; fix: ...``."""
+    status = "ok  " if found.ok else "FAIL"
+    tail = f"; fix: {found.fix}" if (found.fix and not found.ok) else ""
+    return f"{status} {found.name}: {found.reason}{tail}"
+
+
+def check_json(found: Check) -> dict[str, object]:
+    """The preflight's JSON object (``build --dry-run --json``, the build record's ``preflight``)."""
+    return {"name": found.name, "ok": found.ok, "found": found.found, "message": found.reason, "fix": found.fix}
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -217,13 +218,13 @@ def run_preflight(
         path, version = tool_version(tool, which=which, run=run, executable=executable)
         fix = INSTALL_HINTS[tool].format(v=minimum)
         if path is None:
-            checks.append(Check(tool, False, "not found", f"needs {tool} >= {minimum}, found none on PATH", fix))
+            checks.append(check(tool, False, "not found", f"needs {tool} >= {minimum}, found none on PATH", fix))
         elif version is None:
-            checks.append(Check(tool, False, path, f"needs {tool} >= {minimum}, {path} did not report a version", fix))
+            checks.append(check(tool, False, path, f"needs {tool} >= {minimum}, {path} did not report a version", fix))
         elif parse_version(version) < parse_version(minimum):
-            checks.append(Check(tool, False, version, f"needs {tool} >= {minimum}, found {version} ({path})", fix))
+            checks.append(check(tool, False, version, f"needs {tool} >= {minimum}, found {version} ({path})", fix))
         else:
-            checks.append(Check(tool, True, version, f"{version} ({path})"))
+            checks.append(check(tool, True, version, f"{version} ({path})"))
 
     if plan.arch is not None:
         nvcc = plan.nvcc or find_nvcc(which, environ)
@@ -245,10 +246,10 @@ def run_preflight(
     free = disk_free(plan.out)
     need = recipe.min_free_gib
     if free < need:
-        checks.append(Check("disk", False, f"{free:.1f} GiB", f"needs {need:g} GiB free under {plan.out}, found {free:.1f} GiB",
+        checks.append(check("disk", False, f"{free:.1f} GiB", f"needs {need:g} GiB free under {plan.out}, found {free:.1f} GiB",
                             "free disk space or choose another --out DIR"))
     else:
-        checks.append(Check("disk", True, f"{free:.1f} GiB", f"{free:.1f} GiB free under {plan.out} (needs {need:g})"))
+        checks.append(check("disk", True, f"{free:.1f} GiB", f"{free:.1f} GiB free under {plan.out} (needs {need:g})"))
     return checks
 
 
@@ -256,33 +257,33 @@ def _nvcc_targets(nvcc: str | None, arch: Arch, run: Runner) -> Check:
     sm = arch.sass
     name = f"nvcc {sm}"
     if nvcc is None:
-        return Check(name, False, "no nvcc", f"needs nvcc able to emit {sm}, found no nvcc",
+        return check(name, False, "no nvcc", f"needs nvcc able to emit {sm}, found no nvcc",
                      INSTALL_HINTS["nvcc"].format(v="11.8"))
     try:
         proc = run([nvcc, "--list-gpu-code"])
     except (OSError, subprocess.SubprocessError) as exc:
-        return Check(name, False, "error", f"`{nvcc} --list-gpu-code` failed ({exc})", "reinstall the CUDA toolkit")
+        return check(name, False, "error", f"`{nvcc} --list-gpu-code` failed ({exc})", "reinstall the CUDA toolkit")
     codes = set(re.findall(r"\bsm_\d+[af]?\b", proc.stdout or ""))
     if proc.returncode != 0 or not codes:
-        return Check(name, False, "unknown", f"`{nvcc} --list-gpu-code` listed no targets (exit {proc.returncode})",
+        return check(name, False, "unknown", f"`{nvcc} --list-gpu-code` listed no targets (exit {proc.returncode})",
                      "use a CUDA toolkit >= 11.8 (older nvcc lacks --list-gpu-code)")
     if sm not in codes:
         lowest = min(codes, key=lambda c: int(re.sub(r"\D", "", c)))
-        return Check(name, False, ", ".join(sorted(codes)), f"{nvcc} cannot emit {sm} (lowest it lists: {lowest})",
+        return check(name, False, ", ".join(sorted(codes)), f"{nvcc} cannot emit {sm} (lowest it lists: {lowest})",
                      f"use a CUDA toolkit that still targets {sm} (CUDA 11.8 to 13.x target sm_75)")
-    return Check(name, True, sm, f"{nvcc} lists {sm} in --list-gpu-code")
+    return check(name, True, sm, f"{nvcc} lists {sm} in --list-gpu-code")
 
 
 def _nvcc_on_path(nvcc: str | None, which: Which) -> Check:
     on_path = which("nvcc")
     if on_path is None:
-        return Check("nvcc on PATH", False, "not on PATH", "the build runs `nvcc` from PATH (bindgen_cuda) and PATH "
+        return check("nvcc on PATH", False, "not on PATH", "the build runs `nvcc` from PATH (bindgen_cuda) and PATH "
                      f"has none{f' (found {nvcc} outside PATH)' if nvcc else ''}",
                      f"export PATH={Path(nvcc).parent}:$PATH" if nvcc else INSTALL_HINTS["nvcc"].format(v="11.8"))
     if nvcc and Path(on_path).resolve() != Path(nvcc).resolve():
-        return Check("nvcc on PATH", False, on_path, f"`nvcc` on PATH is {on_path}, not the checked {nvcc}",
+        return check("nvcc on PATH", False, on_path, f"`nvcc` on PATH is {on_path}, not the checked {nvcc}",
                      f"export PATH={Path(nvcc).parent}:$PATH")
-    return Check("nvcc on PATH", True, on_path, f"{on_path} (the build runs `nvcc` from PATH)")
+    return check("nvcc on PATH", True, on_path, f"{on_path} (the build runs `nvcc` from PATH)")
 
 
 def _library_check(lib: str, roots: list[Path], environ: dict[str, str]) -> Check:
@@ -296,25 +297,25 @@ def _library_check(lib: str, roots: list[Path], environ: dict[str, str]) -> Chec
     if lib_path is None:
         runtime_only = [Path(h) for d in _library_dirs(roots, environ) for h in sorted(glob.glob(str(d / (filename + ".*"))))]
         if runtime_only:
-            return Check(lib, False, str(runtime_only[0]), f"found {runtime_only[0]} but not {filename} (the development "
+            return check(lib, False, str(runtime_only[0]), f"found {runtime_only[0]} but not {filename} (the development "
                          "link a build links against)", f"install the -dev package of {label}, or create the link "
                          f"{runtime_only[0].parent / filename} -> {runtime_only[0].name}")
-        return Check(lib, False, "not found", f"needs {label} ({filename}), found none under {where} or the "
+        return check(lib, False, "not found", f"needs {label} ({filename}), found none under {where} or the "
                      "system library directories", fix)
     if header is not None and header_path is None:
-        return Check(lib, False, str(lib_path), f"found {lib_path} but not its header {header} (looked under {where})", fix)
-    return Check(lib, True, str(lib_path), f"{lib_path}" + (f" + {header_path}" if header_path else ""))
+        return check(lib, False, str(lib_path), f"found {lib_path} but not its header {header} (looked under {where})", fix)
+    return check(lib, True, str(lib_path), f"{lib_path}" + (f" + {header_path}" if header_path else ""))
 
 
 def _source_check(plan: BuildPlan) -> Check:
     src = plan.source.path
     if not src.is_dir():
-        return Check("source", False, "missing", f"--source {src} is not a directory", "pass the unpacked source tree")
+        return check("source", False, "missing", f"--source {src} is not a directory", "pass the unpacked source tree")
     missing = [m for m in plan.recipe.source_markers if not (src / m).exists()]
     if missing:
-        return Check("source", False, "not a match", f"--source {src} does not look like a {plan.recipe.name} tree "
+        return check("source", False, "not a match", f"--source {src} does not look like a {plan.recipe.name} tree "
                      f"(missing {', '.join(missing)})", f"pass the top directory of a {plan.recipe.name} checkout")
-    return Check("source", True, str(src), f"{src} has {', '.join(plan.recipe.source_markers) or 'no markers to check'}")
+    return check("source", True, str(src), f"{src} has {', '.join(plan.recipe.source_markers) or 'no markers to check'}")
 
 
 def _extension_checks(plan: BuildPlan) -> list[Check]:
@@ -328,39 +329,39 @@ def _extension_checks(plan: BuildPlan) -> list[Check]:
     assert spec is not None and tc is not None
     checks: list[Check] = []
     if tc.torch_include is None:
-        checks.append(Check("torch", False, "not found" if tc.torch_version is None else tc.torch_version,
+        checks.append(check("torch", False, "not found" if tc.torch_version is None else tc.torch_version,
                             f"needs torch >= 2.10 with its stable-ABI headers (torch/csrc/stable/library.h) importable "
                             f"by {tc.python}, found {'no torch' if tc.torch_version is None else 'torch ' + tc.torch_version + ' without them'}",
                             f"{tc.python} -m pip install 'torch>=2.10'"))
     elif not any(p.name == "libtorch_cpu.so" for p in tc.torch_libraries):
-        checks.append(Check("torch", False, str(tc.torch_include.parent), f"torch at {tc.torch_include.parent} has no "
+        checks.append(check("torch", False, str(tc.torch_include.parent), f"torch at {tc.torch_include.parent} has no "
                             "lib/libtorch_cpu.so to link against", f"{tc.python} -m pip install --force-reinstall torch"))
     else:
-        checks.append(Check("torch", True, tc.torch_version or "?", f"torch {tc.torch_version} at {tc.torch_include.parent} "
+        checks.append(check("torch", True, tc.torch_version or "?", f"torch {tc.torch_version} at {tc.torch_include.parent} "
                             f"({tc.python}, which loads the library)"))
     if tc.cublas_include is None:
         looked = ", ".join(str(c) for c in cublas_candidates(tc.nvcc, tuple(cuda_roots(tc.nvcc)) if tc.nvcc else ())[:3])
-        checks.append(Check("cublas header", False, "not found", f"the sources include <cublas_v2.h>; found it in none of "
+        checks.append(check("cublas header", False, "not found", f"the sources include <cublas_v2.h>; found it in none of "
                             f"{looked}, ...", f"install the CUDA toolkit's cuBLAS headers, or set {CUBLAS_INCLUDE_ENV}=DIR, "
                             f"or take them from the wheel: {tc.python} -m pip install nvidia-cublas"))
     else:
-        checks.append(Check("cublas header", True, str(tc.cublas_include), f"{tc.cublas_include / 'cublas_v2.h'}"))
+        checks.append(check("cublas header", True, str(tc.cublas_include), f"{tc.cublas_include / 'cublas_v2.h'}"))
     if tc.generator_modules:
         missing = " ".join(tc.generator_modules)
-        checks.append(Check("generator", False, "missing " + missing, f"{spec.generate_script} needs {missing} in {tc.python}",
+        checks.append(check("generator", False, "missing " + missing, f"{spec.generate_script} needs {missing} in {tc.python}",
                             f"{tc.python} -m pip install {missing}"))
     else:
-        checks.append(Check("generator", True, tc.python, f"{tc.python} can run {spec.generate_script}"))
+        checks.append(check("generator", True, tc.python, f"{tc.python} can run {spec.generate_script}"))
     sdist = plan.source.path
     if not sdist.exists():
-        checks.append(Check("source archive", False, "not found", f"needs the {spec.distribution} {spec.version} sdist, "
+        checks.append(check("source archive", False, "not found", f"needs the {spec.distribution} {spec.version} sdist, "
                             f"found nothing at {sdist}", sdist_hint(spec)))
     elif sdist.is_file() and sha256_file(sdist) != spec.sdist_sha256:
-        checks.append(Check("source archive", False, "other bytes", f"{sdist} is not the recipe's {spec.sdist} (sha256 "
+        checks.append(check("source archive", False, "other bytes", f"{sdist} is not the recipe's {spec.sdist} (sha256 "
                             f"differs from {spec.sdist_sha256[:12]}...)", sdist_hint(spec)))
     else:
         what = "sha256 matches" if sdist.is_file() else "an unpacked tree: each pinned file is checked when it is read"
-        checks.append(Check("source archive", True, str(sdist), f"{sdist} ({what})"))
+        checks.append(check("source archive", True, str(sdist), f"{sdist} ({what})"))
     return checks
 
 
@@ -372,6 +373,6 @@ def enforce(checks: list[Check], *, command: str) -> None:
     names = ", ".join(c.name for c in failed)
     first = failed[0]
     raise ToolMissingError(
-        f"preflight failed ({len(failed)} of {len(checks)} checks: {names}); first: {first.message}",
+        f"preflight failed ({len(failed)} of {len(checks)} checks: {names}); first: {first.reason}",
         hint=f"{first.fix}; then rerun: {command}" if first.fix else f"rerun: {command}",
     )

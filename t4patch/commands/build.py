@@ -57,7 +57,8 @@ def configure_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 def run(args: argparse.Namespace) -> int:
     from t4patch.builder.plan import plan_build
-    from t4patch.builder.preflight import enforce, find_nvcc, run_preflight
+    from t4patch.builder.preflight import check_json, enforce, find_nvcc, run_preflight
+    from t4patch.builder.preflight import line as preflight_line
     from t4patch.builder.recipe import load_recipe
     from t4patch.builder.runner import StatusPrinter, format_seconds
 
@@ -81,20 +82,20 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         if args.json:
             emit_json("build", {"dry_run": True, "plan": plan.to_dict(),
-                                "preflight": [c.to_dict() for c in checks],
+                                "preflight": [check_json(c) for c in checks],
                                 "preflight_ok": all(c.ok for c in checks)})
         else:
             say(plan.render())
             say("preflight:")
             for check in checks:
-                say("  " + check.line())
+                say("  " + preflight_line(check))
         enforce(checks, command=command_line)  # a dry run still fails when the build could not run
         return 0
 
     stream = sys.stderr
     for check in checks:
         if not check.ok or not args.json:
-            stream.write("preflight " + check.line() + "\n")
+            stream.write("preflight " + preflight_line(check) + "\n")
     enforce(checks, command=command_line)
 
     from t4patch.builder.pipeline import execute

@@ -103,7 +103,7 @@ def test_clone_requires_git(tmp_path: Path) -> None:
     versions = {k: v for k, v in VERSIONS.items() if k != "git"}
     failed = _failed(_checks(tmp_path, versions=versions, source=False))
     assert set(failed) == {"git"}
-    assert failed["git"].message == "needs git >= 2.20, found none on PATH"
+    assert failed["git"].reason == "needs git >= 2.20, found none on PATH"
     assert failed["git"].fix == "apt-get install git"
 
 
@@ -112,7 +112,7 @@ def test_missing_and_old_tools(tmp_path: Path) -> None:
     del versions["ninja"]
     failed = _failed(_checks(tmp_path, versions=versions))
     assert set(failed) == {"cmake", "ninja"}
-    assert failed["cmake"].message.startswith("needs cmake >= 3.18, found 3.16.3")
+    assert failed["cmake"].reason.startswith("needs cmake >= 3.18, found 3.16.3")
     assert "pip install 'cmake>=3.18'" in failed["cmake"].fix
     assert "ninja" in failed["ninja"].fix
     with pytest.raises(ToolMissingError) as info:
@@ -125,13 +125,13 @@ def test_missing_and_old_tools(tmp_path: Path) -> None:
 
 def test_unreadable_version(tmp_path: Path) -> None:
     failed = _failed(_checks(tmp_path, versions=dict(VERSIONS, ninja="garbage\n")))
-    assert "did not report a version" in failed["ninja"].message
+    assert "did not report a version" in failed["ninja"].reason
 
 
 def test_nvcc_without_sm75(tmp_path: Path) -> None:
     failed = _failed(_checks(tmp_path, gpu_codes="sm_80\nsm_86\nsm_90\n"))
     check = failed["nvcc sm_75"]
-    assert "cannot emit sm_75 (lowest it lists: sm_80)" in check.message
+    assert "cannot emit sm_75 (lowest it lists: sm_80)" in check.reason
     assert "sm_75" in check.fix
 
 
@@ -148,7 +148,7 @@ def test_cpu_build_needs_no_cuda(tmp_path: Path) -> None:
 def test_missing_cuda_libraries(tmp_path: Path) -> None:
     failed = _failed(_checks(tmp_path, "mistral.rs", libs=("cudart", "cublas"), features=("cudnn",)))
     assert {"curand", "nvrtc", "cudnn"} <= set(failed)
-    assert "needs cuDNN (libcudnn.so), found none under" in failed["cudnn"].message
+    assert "needs cuDNN (libcudnn.so), found none under" in failed["cudnn"].reason
     assert "CUDAToolkit_ROOT" in failed["cudnn"].fix
 
 
@@ -160,7 +160,7 @@ def test_cudnn_only_checked_with_the_feature(tmp_path: Path) -> None:
 def test_header_missing(tmp_path: Path) -> None:
     failed = _failed(_checks(tmp_path, mutate=lambda root: (root / "include" / "cublas_v2.h").unlink()))
     assert set(failed) == {"cublas"}
-    assert "but not its header cublas_v2.h" in failed["cublas"].message
+    assert "but not its header cublas_v2.h" in failed["cublas"].reason
     lib, header = find_library("cublas", [tmp_path / "cuda"], {})
     assert lib is not None and lib.name == "libcublas.so" and header is None
 
@@ -168,7 +168,7 @@ def test_header_missing(tmp_path: Path) -> None:
 def test_runtime_only_library_is_not_enough(tmp_path: Path) -> None:
     failed = _failed(_checks(tmp_path, mutate=lambda root: (root / "lib64" / "libcublas.so").unlink()))
     assert set(failed) == {"cublas"}
-    assert "libcublas.so.13 but not libcublas.so (the development link" in failed["cublas"].message
+    assert "libcublas.so.13 but not libcublas.so (the development link" in failed["cublas"].reason
     assert "create the link" in failed["cublas"].fix
 
 
@@ -192,7 +192,7 @@ def test_driver_in_a_system_directory_is_enough(tmp_path: Path, monkeypatch: pyt
 
 def test_disk_space(tmp_path: Path) -> None:
     failed = _failed(_checks(tmp_path, "mistral.rs", libs=("cudart", "cublas", "curand", "nvrtc"), free=3.2))
-    assert failed["disk"].message.startswith("needs 20 GiB free under") and "found 3.2 GiB" in failed["disk"].message
+    assert failed["disk"].reason.startswith("needs 20 GiB free under") and "found 3.2 GiB" in failed["disk"].reason
 
 
 def test_source_markers(tmp_path: Path) -> None:
@@ -204,7 +204,7 @@ def test_source_markers(tmp_path: Path) -> None:
                            disk_free=lambda p: 50)
     failed = _failed(checks)
     assert set(failed) == {"source"}
-    assert "does not look like a llama.cpp tree (missing CMakeLists.txt" in failed["source"].message
+    assert "does not look like a llama.cpp tree (missing CMakeLists.txt" in failed["source"].reason
 
 
 @pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("git") is None, reason="cmake/git not on PATH")

@@ -390,6 +390,7 @@ def render_objects(doc: dict) -> str:
 
 def _run(args: argparse.Namespace, say) -> int:
     from t4patch.builder.preflight import enforce, find_nvcc, run_preflight
+    from t4patch.builder.preflight import line as preflight_line
 
     variants = tuple(v.strip() for v in args.variants.split(","))
     if sorted(variants) != sorted(VARIANTS):
@@ -401,7 +402,7 @@ def _run(args: argparse.Namespace, say) -> int:
     checks = run_preflight(plans["sm75"])
     for check in checks:
         if not check.ok:
-            say(check.line())
+            say(preflight_line(check))
     enforce(checks, command="python -m tools.bench.build_archs " + " ".join(sys.argv[1:]))
     deadline = time.monotonic() + (args.time_limit if args.time_limit is not None else float("inf"))
     states = {}
