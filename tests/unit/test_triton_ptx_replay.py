@@ -1,5 +1,6 @@
 """The pure parts of the Triton MMA proof tools: PTX counting and parameter parsing, kernel-parameter packing,
-and the benchmark's T4 model (tools/research/triton_ptx_replay.py, tools/bench/triton_mma_vs_fma.py)."""
+and the TTGIR's dot work (tools/research/triton_ptx_replay.py; the benchmark's T4 model is in
+test_triton_mma_vs_fma.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ import struct
 
 import pytest
 
-from tools.bench.triton_mma_vs_fma import attention_work, t4_model
-from tools.research.triton_ptx_replay import _pack, ptx_counts, ptx_params
+from tools.research.triton_ptx_replay import _pack, ptx_counts, ptx_params, ttgir_dots
 
 PTX = """
 .version 8.7
@@ -48,21 +48,18 @@ def test_parameters_are_packed_as_the_ptx_type_says():
         _pack("b16", "bf16", 1.0)
 
 
-def test_attention_work_counts_causal_and_windowed_pairs():
-    flops, bytes_ = attention_work({"engine": "vllm", "head": 4, "window": 0, "seqs": [(2, 3)]})
-    assert flops == 4 * 4 * 8 * (2 + 3)  # positions 1 and 2 see 2 and 3 keys
-    windowed, _ = attention_work({"engine": "vllm", "head": 4, "window": 2, "seqs": [(2, 3)]})
-    assert windowed == 4 * 4 * 8 * (2 + 2)
-    sglang, _ = attention_work({"engine": "sglang", "head": 4, "window": 1, "seqs": [(2, 3)]})
-    assert sglang == windowed  # SGLang's window counts the distance: p - k <= 1 is 2 keys
-    assert bytes_ == 2 * 4 * (2 * 2 * 8 + 2 * 3)
+TTGIR = """
+#mma = #ttg.nvidia_mma<{versionMajor = 2, versionMinor = 1, warpsPerCTA = [1, 8], instrShape = [16, 8]}>
+      %qk = tt.dot %q, %k, %c, inputPrecision = tf32 : tensor<32x512xf16, #ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 2}>> * tensor<512x16xf16, #ttg.dot_op<{opIdx = 1, parent = #mma, kWidth = 2}>> -> tensor<32x16xf32, #mma> loc(#loc1)
+      %pv = tt.dot %p, %v, %a, inputPrecision = tf32 : tensor<32x16xf16, #ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 2}>> * tensor<16x512xf16, #ttg.dot_op<{opIdx = 1, parent = #mma, kWidth = 2}>> -> tensor<32x512xf32, #mma> loc(#loc2)
+      %b = tt.dot %x, %y, %z : tensor<2x16x32xf32, #ttg.dot_op<{opIdx = 0, parent = #blocked}>> * tensor<2x32x8xf32, #ttg.dot_op<{opIdx = 1, parent = #blocked}>> -> tensor<2x16x8xf32, #blocked> loc(#loc3)
+      %s = tt.reduce %qk : tensor<32x16xf32, #mma> loc(#loc4)
+"""
 
 
-def test_t4_model_prices_mma_at_65_and_fma_at_8_1_tflops():
-    mma = {"mma_m16n8k8_f16": 64, "fma_rn_f32": 0}
-    fma = {"mma_m16n8k8_f16": 0, "fma_rn_f32": 2048}  # the same FLOPs per warp-iteration: 64 * 2048 = 2048 * 64
-    flops = 1e12
-    fast, slow = t4_model(mma, mma, flops, 0.0), t4_model(fma, mma, flops, 0.0)
-    assert fast["compute_s"] == pytest.approx(flops / 65e12)
-    assert slow["compute_s"] == pytest.approx(flops / 8.1e12)
-    assert t4_model(mma, mma, flops, 320e9)["modeled_s"] == pytest.approx(1.0)  # memory bound: 1 s of DRAM
+def test_ttgir_dot_work_sums_2mnk_over_every_dot_and_reads_the_mma_warps():
+    found = ttgir_dots(TTGIR)
+    assert found["dots"] == 3
+    assert found["dot_flops"] == 2 * 32 * 16 * 512 + 2 * 32 * 512 * 16 + 2 * (2 * 16 * 8) * 32
+    assert found["mma_warps"] == [1, 8]
+    assert ttgir_dots("tt.func @f() { tt.return }") == {"dot_flops": 0, "dots": 0, "mma_warps": None}

@@ -14,7 +14,7 @@ sm_75 (``mma.sync.aligned.m16n8k8`` or FMA).
 Record (JSON, one per launch, in launch order; ``ptx`` names a file in the bundle):
 kernel, grid, num_warps, num_ctas, shared, global/profile scratch size and alignment, args (name, Triton
 signature type, role "param" or "constexpr", value for scalars and constexprs, ``aligned16`` for pointers),
-ptx, and the PTX instruction counts (mma.sync, m16n8k8 f16, fma.rn.f32).
+ptx, the PTX instruction counts (mma.sync, m16n8k8 f16, fma.rn.f32) and the TTGIR's dot work (:func:`ttgir_dots`).
 
 Capture runs under ``PYTHONPATH=<patched triton 3.8 site>`` with torch CPU; replay needs torch with CUDA and
 ``libcuda.so.1``; both are maintainer tools (not shipped, not part of the CLI).
@@ -48,6 +48,33 @@ def ptx_counts(ptx: str) -> dict[str, int]:
         "fma_rn_f32": ptx.count("fma.rn.f32"),
         "cp_async": ptx.count("cp.async"),
     }
+
+
+_DOT = re.compile(r"\btt\.dot\s[^:]*:\s*tensor<((?:\d+x)+)\w+,.*?->\s*tensor<((?:\d+x)+)\w+")
+_MMA_WARPS = re.compile(r"nvidia_mma<\{versionMajor = (\d+), versionMinor = (\d+), warpsPerCTA = \[([\d, ]+)\]")
+
+
+def ttgir_dots(ttgir: str) -> dict[str, Any]:
+    """The dot work in the kernel's TTGIR, which does not depend on the dot path: ``dot_flops`` (2·M·N·K summed
+    over every ``tt.dot`` in the code, once each: one pass of every loop body, per program), ``dots`` (how many),
+    and ``mma_warps`` (``warpsPerCTA`` of the first MMA encoding, None on the FMA path). A T4 model needs the first
+    to turn static instruction counts into time whatever tiles each path chose; the last shows how the MMA path
+    spreads the tile over the warps (warps beyond the tile's 16×8 blocks repeat the same products)."""
+    flops = dots = 0
+    for line in ttgir.splitlines():
+        match = _DOT.search(line)
+        if match is None:
+            continue
+        a_dims = [int(d) for d in match.group(1)[:-1].split("x")]
+        c_dims = [int(d) for d in match.group(2)[:-1].split("x")]
+        product = 1
+        for d in c_dims:
+            product *= d
+        flops += 2 * product * a_dims[-1]
+        dots += 1
+    warps = _MMA_WARPS.search(ttgir)
+    return {"dot_flops": flops, "dots": dots,
+            "mma_warps": [int(w) for w in warps.group(3).split(",")] if warps else None}
 
 
 def ptx_params(ptx: str) -> tuple[str, list[str]]:
@@ -165,7 +192,7 @@ class Capture:
             "global_scratch_align": int(getattr(md, "global_scratch_align", 1) or 1),
             "profile_scratch_size": int(getattr(md, "profile_scratch_size", 0) or 0),
             "profile_scratch_align": int(getattr(md, "profile_scratch_align", 1) or 1),
-            "triton_hash": str(md.hash), **ptx_counts(ptx),
+            "triton_hash": str(md.hash), **ptx_counts(ptx), **ttgir_dots(str(kernel.asm.get("ttgir", ""))),
         }
         if launch is None:
             return record
