@@ -51,7 +51,7 @@ def suite_files() -> list[Path]:
         ("from test_fatbin import _cubin\n", 1),
         ("import test_doctor\n", 1),
         ("from wheels import wheel_path\n", 1),
-        ("from tests.unit.test_build_runner import _recipe\n", 1),
+        ("from tests.unit.test_builder_runner import _recipe\n", 1),
         ("from tests import conftest\n", 1),
         ("from . import helpers\n", 1),
         ("import sys\nsys.path.insert(0, 'x')\n", 1),
