@@ -161,14 +161,17 @@ def model_only(bundle: Path, out: Path | None) -> int:
         return 2
     print("T4 model from instruction counts, not a measurement (sm_75 PTX compiled on the CPU; 65 TFLOPS fp16 "
           "tensor, 8.1 TFLOPS fp32, 320 GB/s)")
-    print(f"{'case':28s} {'path':4s} {'tiles':40s} {'shared':>7s} {'mma':>4s} {'fma':>5s} {'issued/dot':>10s} "
-          f"{'T4 us':>8s} {'bound':7s} {'FMA/MMA':>8s}")
+    print("mma / fma: static m16n8k8 / fma.rn.f32 per thread; issued/dot: FLOPs the warps issue per FLOP of the "
+          "TTGIR's dots (above 1: products repeated across warps); layout: the MMA encoding's warpsPerCTA")
+    print(f"{'case':28s} {'path':4s} {'tiles':44s} {'layout':7s} {'shared':>7s} {'mma':>4s} {'fma':>5s} "
+          f"{'issued/dot':>10s} {'T4 us':>8s} {'bound':7s} {'FMA/MMA':>8s}")
     for row in rows:
         for mode in ("fma", "mma"):
             for launch in row[mode]["launches"]:
                 t4 = launch["t4"]
                 ratio = f"{row['modeled_ratio']:7.2f}x" if mode == "mma" else ""
-                print(f"{row['case']:28s} {mode:4s} {_tile_text(launch['tiles']):40s} {launch['shared']:7d} "
+                layout = "x".join(map(str, launch["mma_warps"])) if launch["mma_warps"] else "-"
+                print(f"{row['case']:28s} {mode:4s} {_tile_text(launch['tiles']):44s} {layout:7s} {launch['shared']:7d} "
                       f"{launch['mma_m16n8k8_f16']:4d} {launch['fma_rn_f32']:5d} {t4['issued_per_dot_flop']:9.2f}x "
                       f"{t4['modeled_s'] * 1e6:8.1f} {t4['bound']:7s} {ratio:>8s}")
     if out:
