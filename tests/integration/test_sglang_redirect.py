@@ -597,12 +597,31 @@ def test_extend_tiles_fit_a_t4_and_leave_newer_gpus_alone(harness, sites):
         ), f"sm_{capability[0]}{capability[1]} must keep SGLang's tiles"
 
 
+def fma_shared_bytes(kwargs: dict) -> int:
+    """Shared memory of grouped decode stage 1 on Triton's FMA path below sm_80: each tl.dot keeps both operands
+    in shared memory as fp32, 4 * K * (rows + cols) bytes; the larger of QK^T ((BLOCK_H x D) @ (D x BLOCK_N))
+    and PV ((BLOCK_H x BLOCK_N) @ (BLOCK_N x DV))."""
+    d = kwargs["BLOCK_DMODEL"] + kwargs.get("BLOCK_DPE", 0)
+    h, n, dv = kwargs["BLOCK_H"], kwargs["BLOCK_N"], kwargs["BLOCK_DV"]
+    return max(4 * d * (h + n), 4 * n * (h + dv))
+
+
 class LaunchRecorder:
+    """Stands in for the Triton JITFunction _fwd_grouped_kernel_stage1: ``kernel[grid](...)`` records the launch's
+    keyword arguments and ``kernel.warmup(..., grid=...)`` (what the patched launcher compiles first) returns a
+    compiled kernel whose ``metadata.shared`` is what the FMA path needs for those tiles."""
+
     def __init__(self) -> None:
         self.kwargs: dict = {}
+        self.warmups: list[tuple[int, int]] = []
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.kwargs.update(kwargs)
+
+    def warmup(self, *args, grid, **kwargs):
+        shared = fma_shared_bytes(kwargs)
+        self.warmups.append((kwargs["BLOCK_N"], shared))
+        return types.SimpleNamespace(metadata=types.SimpleNamespace(shared=shared))
 
 
 def decode_block_n(harness, capability, head_dim, site=None):
@@ -619,17 +638,18 @@ def decode_block_n(harness, capability, head_dim, site=None):
     decode._decode_grouped_att_m_fwd(
         q, kv, kv, att_out, att_lse, indptr, indptr, torch.full((batch,), splits), splits, 0.1, 0.0
     )
-    return recorder.kwargs["BLOCK_N"], recorder.kwargs["BLOCK_H"]
+    return recorder.kwargs["BLOCK_N"], recorder.kwargs["BLOCK_H"], recorder.warmups
 
 
 def test_grouped_decode_block_fits_a_t4_and_leaves_newer_gpus_alone(harness, sites):
     pytest.importorskip("triton")
     harness.tensors_on_gpu0()
-    assert decode_block_n(harness, (7, 5), 512) == (16, 16)  # 4 * 512 * (16 + 16) = 65,536 B
-    assert decode_block_n(harness, (7, 5), 256) == (32, 16)  # 4 * 256 * (16 + 32) = 49,152 B
-    assert decode_block_n(harness, (7, 5), 512, site=sites.pristine) == (32, 16)  # stock: 98,304 B
+    # the patched launcher compiles first and halves BLOCK_N while the compile asks more than the T4's 65,536 B
+    assert decode_block_n(harness, (7, 5), 512) == (16, 16, [(32, 98304), (16, 65536)])  # 4 * 512 * (16 + 16)
+    assert decode_block_n(harness, (7, 5), 256) == (32, 16, [(32, 49152)])  # 4 * 256 * (16 + 32): fits at once
+    assert decode_block_n(harness, (7, 5), 512, site=sites.pristine) == (32, 16, [])  # stock: 98,304 B, no check
     for capability in ((8, 0), (9, 0)):
-        assert decode_block_n(harness, capability, 512) == (32, 16)
+        assert decode_block_n(harness, capability, 512) == (32, 16, []), "sm_80+ launches SGLang's tiles untouched"
 
 
 # --------------------------------------------------------------------------------------------------------
