@@ -406,9 +406,10 @@ def test_triton_set_puts_every_patched_sglang_fp16_attention_launch_on_mma_sm75(
     assert rep.ok, rep.render_text()
     check(rep)
     assert _assert_every_fp16_launch_on_tensor_cores(rep) == 6  # extend + grouped decode, both layers
-    # head 512: the tensor-core compile keeps BLOCK_M 32 for extend and BLOCK_N 32 for decode
+    # head 512: extend halves BLOCK_M first and the tensor-core compile keeps BLOCK_N 32 ((32, 16) would have
+    # several of the 8 warps, laid along N, compute the same QK^T columns); decode keeps BLOCK_N 32
     extend = _kernel(rep, "full", "prefill", "_fwd_kernel")
-    assert (extend.tiles["BLOCK_M"], extend.tiles["BLOCK_N"], extend.shared_bytes) == (32, 16, 50176)
+    assert (extend.tiles["BLOCK_M"], extend.tiles["BLOCK_N"], extend.shared_bytes) == (16, 32, 50176)
     assert (extend.stock.tiles["BLOCK_M"], extend.stock.tiles["BLOCK_N"], extend.stock.shared_bytes) == (16, 16, 65536)
     for case in ("decode-small", "decode-large"):
         decode = _kernel(rep, "full", case, "_fwd_grouped_kernel_stage1")
