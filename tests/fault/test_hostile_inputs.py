@@ -24,28 +24,12 @@ from pathlib import Path
 import pytest
 
 from t4patch.cli import main
-from tests.helpers import CONFIG, KERNEL, Env, make_dist, record_hash
+from tests.helpers import CONFIG, KERNEL, Env, make_dist, record_hash, run_as_nobody, tree
 
 NAME = "fakeengine"
-NOBODY = 65534
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-
-
-def tree(root: Path) -> dict[str, tuple[object, ...]]:
-    """Everything under ``root``: kind, bytes or link target, mode, owner, group."""
-    out: dict[str, tuple[object, ...]] = {}
-    for path in sorted(root.rglob("*")):
-        info = path.lstat()
-        if stat.S_ISLNK(info.st_mode):
-            body: object = ("link", os.readlink(path))
-        elif stat.S_ISREG(info.st_mode):
-            body = ("file", path.read_bytes())
-        else:
-            body = ("other", stat.S_IFMT(info.st_mode))
-        out[str(path.relative_to(root))] = (body, stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid)
-    return out
 
 
 def release_files(version: str, **extra: bytes) -> dict[str, bytes]:
@@ -330,29 +314,10 @@ def test_an_output_this_user_may_not_write_is_refused_as_nobody(env: Env, which:
         argv = command(which, where, where / "wheels" / wheel_name("1.3.0" if which == "port" else "1.2.0"),
                        where / "out")
         monkeypatch.setenv("T4PATCH_PATCHES", str(patches))
-        pid = os.fork()
-        if pid == 0:
-            code = 99
-            try:
-                fd = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-                os.dup2(fd, 2)
-                sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
-                sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-                os.setgroups([])
-                os.setgid(NOBODY)
-                os.setuid(NOBODY)
-                code = main(argv)
-            except BaseException:  # noqa: BLE001
-                import traceback
-
-                traceback.print_exc()
-            finally:
-                sys.stderr.flush()
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
+        code = run_as_nobody(argv, stderr)
         err = stderr.read_text()
         stderr.unlink()
-        assert os.waitstatus_to_exitcode(status) == 2 and "may not write" in one_line(err), err
+        assert code == 2 and "may not write" in one_line(err), err
         assert tree(where) == before
     finally:
         import shutil
