@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import shlex
 import sys
 import types
 from dataclasses import dataclass
@@ -66,7 +67,7 @@ def _jit_utils_standin(root: Path) -> types.ModuleType:
     if spec is None or spec.loader is None or not common_path.is_file():
         raise MissingDependencyError(
             f"expected SGLang's {JIT_COMMON_FILE} in {root}, found nothing (not SGLang {patched_release()}?)",
-            hint=f"pip install sglang=={patched_release()}, then t4patch apply sglang",
+            hint=shlex.join(["t4patch", "status", "sglang", "--site-packages", str(root)]),
         )
     common = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = common
@@ -98,7 +99,7 @@ def load_patched_sglang(root: Path | None) -> LoadedSGLang:
     if root is None:
         raise MissingDependencyError(
             f"expected SGLang {patched_release()} in the target environment, found none",
-            hint=f"pip install sglang=={patched_release()}, then t4patch apply sglang (or pass --site-packages DIR)",
+            hint="t4patch status sglang",
         )
     jit_utils = _jit_utils_standin(root)
     finder = SkeletonFinder(root, {JIT_UTILS_MODULE: jit_utils})
